@@ -1,0 +1,71 @@
+"""The interface between decoding and a model: forward new tokens into a KV cache, roll back."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import torch
+
+
+class Backend(ABC):
+    """A model and its KV cache.
+
+    `tokens` mirrors what the cache holds, so callers can reuse the longest common prefix
+    between requests (`sync`) and roll back rejected draft tokens (`truncate`).
+    """
+
+    vocab_size: int
+    max_len: int
+    supports_tree: bool = False  # can `forward` take a token tree (parents) in one pass?
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    @abstractmethod
+    def forward(
+        self, tokens: Sequence[int], parents: Sequence[int] | None = None, logits: bool = True
+    ) -> torch.Tensor | None:
+        """Append `tokens` to the cache; return float32 logits [len(tokens), vocab]
+        (None with logits=False: a prefill skips the output head).
+
+        With `parents` (tree mode) token i attends to the cache, its ancestors and itself;
+        parents[i] is the index of its parent among `tokens`, or -1 for the cache's last token.
+        """
+
+    @abstractmethod
+    def truncate(self, n: int) -> None:
+        """Keep only the first `n` cached positions."""
+
+    def keep(self, start: int, offsets: Sequence[int]) -> None:
+        """After a tree pass at cache position `start`, keep the nodes at `offsets` (a root-to-leaf
+        path, in order) contiguously and drop the rest."""
+        if list(offsets) == list(range(len(offsets))):
+            self.truncate(start + len(offsets))
+        else:
+            self._compact(start, offsets)
+
+    def _compact(self, start: int, offsets: Sequence[int]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot compact a token tree")
+
+    def sync(self, prompt: Sequence[int]) -> int:
+        """Make the cache hold exactly `prompt`, reusing the longest common prefix.
+
+        Returns how many positions were reused (the rest were prefilled)."""
+        common = 0
+        for a, b in zip(self.tokens, prompt):
+            if a != b:
+                break
+            common += 1
+        self.truncate(common)
+        rest = list(prompt[common:])
+        for i in range(0, len(rest), PREFILL_CHUNK):
+            self.forward(rest[i:i + PREFILL_CHUNK], logits=False)
+        return common
+
+
+# Long prefills in chunks bound the size of the attention scores and the logits tensor.
+PREFILL_CHUNK = 256

@@ -1,0 +1,161 @@
+"""A Llama-family decoder in plain torch with a preallocated KV cache.
+
+RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, tied or untied head. Q/K/V and
+gate/up are fused into one matmul each: on a CPU most of a one-token pass is per-op overhead.
+Runs on the CPU, or on CUDA when asked.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.backends.base import Backend
+from engine.errors import EngineError
+from engine.weights import LlamaConfig, LoadedWeights
+
+
+@dataclass
+class _Layer:
+    attn_norm: torch.Tensor
+    wqkv: torch.Tensor
+    bqkv: torch.Tensor | None
+    wo: torch.Tensor
+    ffn_norm: torch.Tensor
+    w_gate_up: torch.Tensor
+    w_down: torch.Tensor
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+def tree_depths(parents: Sequence[int]) -> list[int]:
+    """Depth of each node (0 for children of the root); parents must precede children."""
+    depth: list[int] = []
+    for i, p in enumerate(parents):
+        if p >= i:
+            raise ValueError("token tree parents must come before their children")
+        depth.append(0 if p < 0 else depth[p] + 1)
+    return depth
+
+
+def tree_mask(parents: Sequence[int]) -> torch.Tensor:
+    """[T, T] bool: node i may attend to node j iff j is i or an ancestor of i."""
+    n = len(parents)
+    mask = torch.eye(n, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            mask[i] |= mask[p]
+    return mask
+
+
+class TorchLlama(Backend):
+    supports_tree = True
+
+    def __init__(self, weights: LoadedWeights, dtype: torch.dtype = torch.bfloat16,
+                 max_len: int = 4096, device: str = "cpu"):
+        super().__init__()
+        c: LlamaConfig = weights.config
+        t = weights.tensors
+        self.config = c
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.vocab_size = c.vocab_size
+        self.max_len = min(max_len, c.max_position)
+        cast = lambda w: w.to(device=self.device, dtype=dtype).contiguous()  # noqa: E731
+        self.embed = cast(t["embed"])
+        self.head = self.embed if c.tie_embeddings else cast(t["lm_head"])
+        self.norm = cast(t["norm"])
+        self.layers = []
+        for i in range(c.n_layers):
+            p = f"layers.{i}."
+            biases = [t.get(p + b) for b in ("bq", "bk", "bv")]
+            self.layers.append(_Layer(
+                attn_norm=cast(t[p + "attn_norm"]),
+                wqkv=cast(torch.cat([t[p + "wq"], t[p + "wk"], t[p + "wv"]])),
+                bqkv=cast(torch.cat(biases)) if all(b is not None for b in biases) else None,
+                wo=cast(t[p + "wo"]),
+                ffn_norm=cast(t[p + "ffn_norm"]),
+                w_gate_up=cast(torch.cat([t[p + "w_gate"], t[p + "w_up"]])),
+                w_down=cast(t[p + "w_down"]),
+            ))
+        hd = c.dim_per_head
+        shape = (c.n_layers, c.n_kv_heads, self.max_len, hd)
+        self.k_cache = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.v_cache = torch.zeros(shape, dtype=dtype, device=self.device)
+        inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        angles = torch.outer(torch.arange(self.max_len, dtype=torch.float64), inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)
+        self.cos = angles.cos().to(device=self.device, dtype=dtype)
+        self.sin = angles.sin().to(device=self.device, dtype=dtype)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes read from memory per pass (for the achieved-bandwidth figure)."""
+        tensors = [self.embed, self.norm] + ([] if self.head is self.embed else [self.head])
+        for layer in self.layers:
+            tensors += [w for w in vars(layer).values() if w is not None]
+        return sum(w.numel() * w.element_size() for w in tensors)
+
+    @torch.inference_mode()
+    def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
+                logits: bool = True) -> torch.Tensor | None:
+        c = self.config
+        n, start = len(tokens), self.length
+        if n == 0:
+            raise ValueError("forward needs at least one token")
+        if start + n > self.max_len:
+            raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
+        dev = self.device
+        if parents is None:
+            pos = torch.arange(start, start + n, device=dev)
+            local = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
+        else:
+            pos = start + torch.tensor(tree_depths(parents), device=dev)
+            local = tree_mask(parents).to(dev)
+        # One-token passes need no mask; the multi-token mask sees all of the cache.
+        mask = None if n == 1 else torch.cat(
+            [torch.ones(n, start, dtype=torch.bool, device=dev), local], dim=1)
+        cos, sin = self.cos[pos], self.sin[pos]
+        hd, nh, nkv = c.dim_per_head, c.n_heads, c.n_kv_heads
+        end = start + n
+
+        x = self.embed[torch.tensor(tokens, device=dev)]
+        for i, layer in enumerate(self.layers):
+            h = rms_norm(x, layer.attn_norm, c.rms_eps)
+            q, k, v = F.linear(h, layer.wqkv, layer.bqkv).split([nh * hd, nkv * hd, nkv * hd], -1)
+            q = q.view(n, nh, hd).transpose(0, 1)
+            k = k.view(n, nkv, hd).transpose(0, 1)
+            q = q * cos + _rotate_half(q) * sin
+            self.k_cache[i, :, start:end] = k * cos + _rotate_half(k) * sin
+            self.v_cache[i, :, start:end] = v.view(n, nkv, hd).transpose(0, 1)
+            attn = F.scaled_dot_product_attention(
+                q[None], self.k_cache[i, None, :, :end], self.v_cache[i, None, :, :end],
+                attn_mask=mask, enable_gqa=True)[0]
+            x = x + F.linear(attn.transpose(0, 1).reshape(n, nh * hd), layer.wo)
+            h = rms_norm(x, layer.ffn_norm, c.rms_eps)
+            gate, up = F.linear(h, layer.w_gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.w_down)
+        self.tokens.extend(tokens)
+        if not logits:
+            return None
+        return F.linear(rms_norm(x, self.norm, c.rms_eps), self.head).float()
+
+    def truncate(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def _compact(self, start: int, offsets: Sequence[int]) -> None:
+        idx = torch.tensor([start + o for o in offsets], dtype=torch.long, device=self.device)
+        end = start + len(offsets)
+        self.k_cache[:, :, start:end] = self.k_cache[:, :, idx]
+        self.v_cache[:, :, start:end] = self.v_cache[:, :, idx]
+        self.tokens[start:] = [self.tokens[start + o] for o in offsets]

@@ -1,0 +1,230 @@
+"""Autoregressive decoding and speculative decoding (Leviathan et al. 2023; Chen et al. 2023).
+
+Invariant of both loops: the target's cache holds the context except its last token, `current`,
+which the next pass feeds first. One speculative step is
+
+    draft   = drafter.propose(context, k)                 # a chain or a token tree
+    logits  = target.forward([current] + draft)          # one pass scores every draft token
+    accepted, next = verify(draft, logits)               # greedy match, or rejection sampling
+    target.keep(current + accepted)                      # roll back the rejected tokens
+    output += accepted + [next]
+
+so every pass yields at least one token, and greedy output is exactly the target's own.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine.backends.base import Backend
+from engine.drafters.base import Draft, Drafter
+from engine.sampling import Sampling, draw, probabilities
+from engine.stats import Stats
+
+
+@dataclass
+class StopRules:
+    max_new_tokens: int = 64
+    eos_ids: frozenset[int] = frozenset()
+    should_stop: Callable[[list[int]], bool] | None = None  # e.g. a stop string in the text
+    deadline: float | None = None  # time.monotonic() value
+    cancel: threading.Event | None = None
+
+
+class _Output:
+    """Tokens committed so far; applies the per-token stop rules in order."""
+
+    def __init__(self, rules: StopRules, stats: Stats):
+        self.rules = rules
+        self.stats = stats
+        self.tokens: list[int] = []
+        self.stop_reason = ""
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        for token in tokens:
+            if self.stop_reason:
+                return
+            if token in self.rules.eos_ids:
+                self.stop_reason = "eos"
+                return
+            self.tokens.append(token)
+            if len(self.tokens) >= self.rules.max_new_tokens:
+                self.stop_reason = "max_tokens"
+            elif self.rules.should_stop is not None and self.rules.should_stop(self.tokens):
+                self.stop_reason = "stop"
+
+    def interrupted(self) -> bool:
+        """Cancellation and the deadline are checked between passes."""
+        if self.rules.cancel is not None and self.rules.cancel.is_set():
+            self.stop_reason = "cancelled"
+        elif self.rules.deadline is not None and time.monotonic() >= self.rules.deadline:
+            self.stop_reason = "deadline"
+        return bool(self.stop_reason)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.stop_reason) or self.interrupted()
+
+
+@dataclass
+class Generation:
+    tokens: list[int]
+    stats: Stats
+
+
+def _ms_since(t: float) -> float:
+    return (time.perf_counter() - t) * 1000
+
+
+def _prefill(target: Backend, prompt: Sequence[int], stats: Stats) -> int:
+    """Sync the cache to prompt[:-1]; return the last prompt token (fed by the first pass)."""
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    t = time.perf_counter()
+    stats.prompt_tokens = len(prompt)
+    stats.reused_tokens = target.sync(prompt[:-1])
+    stats.prefill_ms = _ms_since(t)
+    return prompt[-1]
+
+
+def _pick(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> int:
+    if sampling.greedy:
+        return int(logits.argmax())
+    return draw(probabilities(logits, sampling), generator)
+
+
+def generate_autoregressive(target: Backend, prompt: Sequence[int], rules: StopRules,
+                            sampling: Sampling = Sampling()) -> Generation:
+    """The baseline: one target pass per token."""
+    start = time.perf_counter()
+    stats = Stats()
+    generator = sampling.generator()
+    current = _prefill(target, prompt, stats)
+    out = _Output(rules, stats)
+    while not out.done:
+        t = time.perf_counter()
+        current = _pick(target.forward([current])[-1], sampling, generator)
+        stats.verify_ms += _ms_since(t)
+        stats.target_passes += 1
+        out.commit([current])
+    return _finish(out, stats, start)
+
+
+def _finish(out: _Output, stats: Stats, start: float) -> Generation:
+    stats.new_tokens = len(out.tokens)
+    stats.stop_reason = out.stop_reason
+    stats.total_ms = _ms_since(start)
+    return Generation(out.tokens, stats)
+
+
+class DraftLength:
+    """Adaptive k: grow by 2 after a fully accepted draft, shrink by 1 after a rejection.
+
+    While recent acceptance is near zero, drafting pauses (k = 0) and probes again every few
+    passes, so a drafter that keeps missing does not make every verification pass longer."""
+
+    def __init__(self, k_max: int, k_start: int = 4, pause_below: float = 0.1, probe_every: int = 4):
+        self.k_max, self.k = k_max, min(k_start, k_max)
+        self.pause_below, self.probe_every = pause_below, probe_every
+        self.recent = 1.0  # exponential average of the acceptance rate
+        self.paused_for = 0
+
+    def next(self) -> int:
+        if self.recent < self.pause_below and self.paused_for < self.probe_every:
+            self.paused_for += 1
+            return 0
+        self.paused_for = 0
+        return self.k
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if drafted == 0:
+            return
+        self.recent = 0.7 * self.recent + 0.3 * accepted / drafted
+        self.k = min(self.k + 2, self.k_max) if accepted == drafted else max(1, self.k - 1)
+
+
+def verify_greedy(draft: Draft, logits: torch.Tensor) -> tuple[list[int], int]:
+    """Walk the tree from the root, following the child that equals the target's argmax.
+
+    logits[0] scores the root (the current token), logits[i + 1] scores draft node i.
+    Returns the accepted node indices and the target's own next token after them."""
+    children = {(p, t): i for i, (p, t) in enumerate(zip(draft.parents, draft.tokens))}
+    accepted: list[int] = []
+    node = -1
+    while True:
+        best = int(logits[node + 1].argmax())
+        child = children.get((node, best))
+        if child is None:
+            return accepted, best
+        accepted.append(child)
+        node = child
+
+
+def verify_sampling(draft: Draft, logits: torch.Tensor, sampling: Sampling,
+                    generator: torch.Generator) -> tuple[list[int], int]:
+    """Rejection sampling on a chain: accept token x with probability min(1, p(x) / q(x)),
+    otherwise draw from normalize(max(0, p - q)) and stop. If all are accepted, draw a bonus
+    token from p. The output is distributed exactly as the target's own samples."""
+    if not draft.is_chain:
+        raise ValueError("rejection sampling needs a chain draft")
+    p = probabilities(logits, sampling)
+    for i, x in enumerate(draft.tokens):
+        q = draft.probs[i] if draft.probs is not None else torch.nn.functional.one_hot(
+            torch.tensor(x), p.shape[-1]).float()
+        if float(torch.rand((), generator=generator)) < min(1.0, float(p[i, x] / q[x])):
+            continue
+        residual = (p[i] - q).clamp(min=0.0)
+        total = float(residual.sum())
+        return list(range(i)), draw(residual / total if total > 0 else p[i], generator)
+    return list(range(len(draft))), draw(p[len(draft)], generator)
+
+
+def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int], rules: StopRules,
+                         sampling: Sampling = Sampling(), k_max: int = 8) -> Generation:
+    """Draft, verify in one target pass, keep the accepted prefix plus the target's next token."""
+    start = time.perf_counter()
+    stats = Stats()
+    generator = sampling.generator()
+    current = _prefill(target, prompt, stats)
+    out = _Output(rules, stats)
+    draft_length = DraftLength(k_max)
+    use_tree = target.supports_tree and sampling.greedy
+    while not out.done:
+        k = min(draft_length.next(), rules.max_new_tokens - len(out.tokens))
+        t = time.perf_counter()
+        draft = drafter.propose(list(prompt) + out.tokens, k, sampling, generator) if k > 0 else Draft()
+        if not use_tree and not draft.is_chain:
+            draft = _first_branch(draft)
+        stats.draft_ms += _ms_since(t)
+
+        t = time.perf_counter()
+        base = target.length
+        parents = None if draft.is_chain else [-1] + [p + 1 for p in draft.parents]
+        logits = target.forward([current] + draft.tokens, parents)
+        if sampling.greedy:
+            accepted, current = verify_greedy(draft, logits)
+        else:
+            accepted, current = verify_sampling(draft, logits, sampling, generator)
+        target.keep(base, [0] + [i + 1 for i in accepted])
+        stats.verify_ms += _ms_since(t)
+
+        stats.target_passes += 1
+        stats.drafted += len(draft)
+        stats.accepted += len(accepted)
+        draft_length.update(len(draft), len(accepted))
+        out.commit([draft.tokens[i] for i in accepted] + [current])
+    return _finish(out, stats, start)
+
+
+def _first_branch(draft: Draft) -> Draft:
+    """The chain of first children: for backends without tree attention."""
+    chain, node = [], -1
+    for i, parent in enumerate(draft.parents):
+        if parent == node:
+            chain.append(draft.tokens[i])
+            node = i
+    return Draft.chain(chain)

@@ -1,0 +1,1 @@
+"""Drafters propose tokens (a chain or a tree) for the target to verify in one pass."""

