@@ -1,0 +1,1 @@
+"""Draftline's language server and command line: LSP glue around `engine`."""

@@ -1,0 +1,97 @@
+"""`lsp_server`: the stdio language server (`--stdio`), `complete` and `bench`."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from lsp_server.options import add_mode_argument, add_model_arguments
+
+
+def _complete_parser(sub) -> None:
+    p = sub.add_parser("complete", help="complete a file at a position and print the suggestion")
+    p.add_argument("file", type=Path)
+    p.add_argument("--line", type=int, required=True, help="0-based line")
+    p.add_argument("--col", type=int, required=True, help="0-based column (characters)")
+    p.add_argument("--context", type=Path, nargs="*", default=[],
+                   help="other files whose text prompt lookup may draft from")
+    add_model_arguments(p)
+    add_mode_argument(p)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SystemExit(f"lsp_server: cannot read {path}: {exc.strerror}") from None
+    if b"\0" in data[:8192]:
+        raise SystemExit(f"lsp_server: {path} looks binary")
+    return data.decode("utf-8", errors="replace")
+
+
+def _offset(text: str, line: int, col: int) -> int:
+    lines = text.split("\n")
+    if not 0 <= line < len(lines) or not 0 <= col <= len(lines[line]):
+        raise SystemExit(
+            f"lsp_server: position {line}:{col} is outside the file "
+            f"({len(lines)} lines{f', line {line} has {len(lines[line])} characters' if 0 <= line < len(lines) else ''})")
+    return sum(len(s) + 1 for s in lines[:line]) + col
+
+
+def run_complete(args: argparse.Namespace) -> int:
+    from engine import Engine, EngineError, Limits, Sampling
+
+    text = _read_text(args.file)
+    offset = _offset(text, args.line, args.col)
+    if offset == 0:
+        raise SystemExit("lsp_server: nothing before the cursor to complete from")
+    try:
+        engine = Engine.load(args.model, args.draft, args.dtype, args.backend, args.threads)
+        for path in [args.file, *args.context]:
+            engine.set_document(str(path), _read_text(path))
+        result = engine.complete(
+            text[:offset], mode=args.mode, limits=Limits(max_new_tokens=args.max_new_tokens),
+            sampling=Sampling(args.temperature, args.top_k, args.top_p, args.seed))
+    except EngineError as exc:
+        raise SystemExit(f"lsp_server: {exc}") from None
+    stats = result.stats
+    if args.json:
+        print(json.dumps({"text": result.text, "ms": round(stats.total_ms, 1)} | stats.as_dict()))
+    else:
+        print(result.text)
+        print(f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms ({args.mode}): "
+              f"{stats.target_passes} target passes, {stats.tokens_per_pass:.2f} tokens/pass, "
+              f"acceptance {stats.acceptance_rate:.0%}, prefill {stats.prefill_ms:.0f} ms",
+              file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="lsp_server", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+    _complete_parser(sub)
+    if argv and argv[0] == "bench":
+        from lsp_server import bench
+
+        bench.add_parser(sub)
+    args = parser.parse_args(argv)
+    if args.command == "complete":
+        return run_complete(args)
+    if args.command == "bench":
+        return bench.run(args)
+    parser.print_help(sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
