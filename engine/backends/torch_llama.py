@@ -62,7 +62,9 @@ class TorchLlama(Backend):
     supports_tree = True
 
     def __init__(self, weights: LoadedWeights, dtype: torch.dtype = torch.bfloat16,
-                 max_len: int = 4096, device: str = "cpu"):
+                 max_len: int = 4096, device: str = "cpu", head_rows: torch.Tensor | None = None):
+        """head_rows: keep only these rows of the output head (a draft model's reduced
+        vocabulary); the logits of every other token are -inf."""
         super().__init__()
         c: LlamaConfig = weights.config
         t = weights.tensors
@@ -74,6 +76,9 @@ class TorchLlama(Backend):
         cast = lambda w: w.to(device=self.device, dtype=dtype).contiguous()  # noqa: E731
         self.embed = cast(t["embed"])
         self.head = self.embed if c.tie_embeddings else cast(t["lm_head"])
+        self.head_rows = None if head_rows is None else head_rows.to(self.device)
+        if self.head_rows is not None:
+            self.head = self.head[self.head_rows].contiguous()
         self.norm = cast(t["norm"])
         self.layers = []
         for i in range(c.n_layers):
@@ -148,7 +153,12 @@ class TorchLlama(Backend):
         self.tokens.extend(tokens)
         if not logits:
             return None
-        return F.linear(rms_norm(x, self.norm, c.rms_eps), self.head).float()
+        out = F.linear(rms_norm(x, self.norm, c.rms_eps), self.head).float()
+        if self.head_rows is None:
+            return out
+        full = torch.full((n, self.vocab_size), float("-inf"), device=dev)
+        full[:, self.head_rows] = out
+        return full
 
     def truncate(self, n: int) -> None:
         del self.tokens[n:]
