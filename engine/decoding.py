@@ -22,6 +22,7 @@ import torch
 
 from engine.backends.base import Backend
 from engine.drafters.base import Draft, Drafter
+from engine.healing import Healer
 from engine.sampling import Sampling, draw, probabilities
 from engine.stats import Stats
 
@@ -71,6 +72,13 @@ class _Output:
 
 
 @dataclass
+class Healing:
+    """Text the output must start with: the prompt's removed last token (engine/healing.py)."""
+    healer: Healer
+    required: str
+
+
+@dataclass
 class Generation:
     tokens: list[int]
     stats: Stats
@@ -97,14 +105,34 @@ def _pick(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) 
     return draw(probabilities(logits, sampling), generator)
 
 
+def _heal(target: Backend, current: int, healing: Healing | None, out: _Output, sampling: Sampling,
+          generator: torch.Generator) -> int:
+    """Regenerate the prompt's removed last token under the healing constraint, a pass per token.
+    Every mode runs this same step first, so speculative output still equals the baseline's."""
+    required = healing.required if healing else ""
+    while required and not out.done:
+        t = time.perf_counter()
+        logits = target.forward([current])[-1]
+        allowed = torch.tensor(healing.healer.allowed(required), dtype=torch.long)
+        masked = torch.full_like(logits, float("-inf"))
+        masked[allowed] = logits[allowed]
+        current = _pick(masked, sampling, generator)
+        out.stats.verify_ms += _ms_since(t)
+        out.stats.target_passes += 1
+        required = healing.healer.advance(required, current)
+        out.commit([current])
+    return current
+
+
 def generate_autoregressive(target: Backend, prompt: Sequence[int], rules: StopRules,
-                            sampling: Sampling = Sampling()) -> Generation:
+                            sampling: Sampling = Sampling(), healing: Healing | None = None) -> Generation:
     """The baseline: one target pass per token."""
     start = time.perf_counter()
     stats = Stats()
     generator = sampling.generator()
     current = _prefill(target, prompt, stats)
     out = _Output(rules, stats)
+    current = _heal(target, current, healing, out, sampling, generator)
     while not out.done:
         t = time.perf_counter()
         current = _pick(target.forward([current])[-1], sampling, generator)
@@ -184,13 +212,15 @@ def verify_sampling(draft: Draft, logits: torch.Tensor, sampling: Sampling,
 
 
 def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int], rules: StopRules,
-                         sampling: Sampling = Sampling(), k_max: int = 8) -> Generation:
+                         sampling: Sampling = Sampling(), k_max: int = 8,
+                         healing: Healing | None = None) -> Generation:
     """Draft, verify in one target pass, keep the accepted prefix plus the target's next token."""
     start = time.perf_counter()
     stats = Stats()
     generator = sampling.generator()
     current = _prefill(target, prompt, stats)
     out = _Output(rules, stats)
+    current = _heal(target, current, healing, out, sampling, generator)
     draft_length = DraftLength(k_max)
     use_tree = target.supports_tree and sampling.greedy
     while not out.done:

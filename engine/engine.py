@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.backends.base import Backend
-from engine.decoding import StopRules, generate_autoregressive, generate_speculative
+from engine.decoding import Healing, StopRules, generate_autoregressive, generate_speculative
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.hybrid import Hybrid
 from engine.drafters.prompt_lookup import PromptLookup
 from engine.errors import EngineError
+from engine.healing import Healer
 from engine.models import EMBEDDED, load_model
 from engine.sampling import Sampling
 from engine.stats import Stats
@@ -59,6 +60,7 @@ class Engine:
         self.lookup = PromptLookup()
         self.draft_model = DraftModel(draft) if draft is not None else None
         self.k_max = k_max
+        self.healer = Healer(tokenizer)
 
     @classmethod
     def load(cls, model: str = EMBEDDED, draft: str | None = None, dtype: str | None = None,
@@ -72,7 +74,9 @@ class Engine:
                 raise EngineError(
                     f"draft model's vocabulary ({draft_tokenizer.vocab_size}) differs from the "
                     f"target's ({tokenizer.vocab_size}): they must share a tokenizer")
-        return cls(target, tokenizer, draft_backend)
+        engine = cls(target, tokenizer, draft_backend)
+        engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
+        return engine
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -87,7 +91,10 @@ class Engine:
 
     # --- completion -----------------------------------------------------------------------
     def complete(self, prompt: str | Sequence[int], *, mode: str = "hybrid", limits: Limits = Limits(),
-                 sampling: Sampling = Sampling(), cancel: threading.Event | None = None) -> Completion:
+                 sampling: Sampling = Sampling(), cancel: threading.Event | None = None,
+                 heal: bool = True) -> Completion:
+        """Continue `prompt`. Text prompts are token-healed (see engine/healing.py) unless
+        heal=False; token-id prompts are used as given."""
         if mode not in MODES:
             raise EngineError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
         if mode == "draft" and self.draft_model is None:
@@ -95,11 +102,17 @@ class Engine:
         tokens = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not tokens:
             raise EngineError("the prompt is empty")
+        owed = ""
+        if heal and isinstance(prompt, str):
+            tokens, owed = self.healer.split(tokens)
+        healing = Healing(self.healer, owed) if owed else None
         room = self.target.max_len - limits.max_new_tokens - self.k_max - 2
         if room < 1:
             raise EngineError(f"max_new_tokens {limits.max_new_tokens} does not fit the context")
         tokens = tokens[-room:]
-        decode = self.tokenizer.decode
+        def decode(out: list[int]) -> str:  # the output without the healed prompt text
+            return self.tokenizer.decode(out)[len(owed):]
+
         rules = StopRules(
             max_new_tokens=limits.max_new_tokens,
             eos_ids=frozenset(self.tokenizer.eos_ids),
@@ -109,11 +122,11 @@ class Engine:
             cancel=cancel,
         )
         if mode == "ar":
-            gen = generate_autoregressive(self.target, tokens, rules, sampling)
+            gen = generate_autoregressive(self.target, tokens, rules, sampling, healing)
         else:
             drafter = {"lookup": self.lookup, "draft": self.draft_model,
                        "hybrid": Hybrid(self.lookup, self.draft_model)}[mode]
-            gen = generate_speculative(self.target, drafter, tokens, rules, sampling, self.k_max)
+            gen = generate_speculative(self.target, drafter, tokens, rules, sampling, self.k_max, healing)
         text = decode(gen.tokens)
         cut = _first_cut(text, limits)
         return Completion(text if cut is None else text[:cut], gen.tokens, gen.stats)
