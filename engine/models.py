@@ -52,6 +52,10 @@ def choose_backend(requested: str, path: Path) -> str:
     """auto: ExLlamaV2 for a model folder on a CUDA machine where it is installed, else torch."""
     if requested not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {requested!r} (choose from {', '.join(BACKENDS)})")
+    if requested == "exllamav2":
+        from engine.backends.exllamav2 import require_exllamav2  # does not import exllamav2
+
+        require_exllamav2()  # fail fast on a CPU machine, before any weights are read
     if requested != "auto":
         return requested
     if torch.cuda.is_available() and path.is_dir() and importlib.util.find_spec("exllamav2"):

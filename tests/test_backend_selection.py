@@ -1,0 +1,89 @@
+"""Backend choice on a CPU-only machine: auto picks torch; exllamav2 fails fast and clearly."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.backends.exllamav2 import INSTALL_HINT, unavailable_reason
+from engine.errors import BackendUnavailable
+from engine.models import choose_backend, embedded_target_path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"}
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="these tests describe a machine without CUDA")
+
+
+def test_auto_picks_torch_without_cuda(tmp_path: Path) -> None:
+    assert choose_backend("auto", embedded_target_path()) == "torch"
+    (tmp_path / "config.json").write_text("{}")
+    assert choose_backend("auto", tmp_path) == "torch"  # a model folder is not enough without a GPU
+    assert choose_backend("torch", tmp_path) == "torch"
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(BackendUnavailable, match="unknown backend 'vllm'"):
+        choose_backend("vllm", embedded_target_path())
+
+
+def test_explicit_exllamav2_names_what_is_missing() -> None:
+    with pytest.raises(BackendUnavailable) as info:
+        choose_backend("exllamav2", embedded_target_path())
+    message = str(info.value)
+    assert "\n" not in message
+    assert "--backend torch" in message
+    if torch.version.cuda is None:  # the CPU-only torch of the default install
+        assert "CPU-only build" in message and INSTALL_HINT in message
+
+
+@pytest.mark.parametrize(("cuda_build", "device", "installed", "expected"), [
+    (None, False, False, "CPU-only build"),
+    ("12.4", False, True, "sees no CUDA device"),
+    ("12.4", True, False, f"not installed: {INSTALL_HINT}"),
+])
+def test_each_missing_piece_has_its_own_message(cuda_build, device, installed, expected) -> None:
+    assert expected in unavailable_reason(cuda_build, device, installed)
+
+
+def test_nothing_missing_means_no_reason() -> None:
+    assert unavailable_reason("12.4", True, True) is None
+
+
+def test_load_fails_before_importing_exllamav2_or_reading_weights() -> None:
+    # A fresh interpreter, so that sys.modules shows exactly what the failed load imported.
+    script = (
+        "import sys\n"
+        "from engine.errors import BackendUnavailable\n"
+        "from engine.models import load_model\n"
+        "try:\n"
+        "    load_model('embedded', backend='exllamav2')\n"
+        "except BackendUnavailable:\n"
+        "    pass\n"
+        "else:\n"
+        "    sys.exit('no error')\n"
+        "loaded = [m for m in ('exllamav2', 'gguf', 'engine.backends.torch_llama') if m in sys.modules]\n"
+        "print(','.join(loaded) or 'none')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=ENV, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "none"
+
+
+def test_cli_complete_with_exllamav2_fails_with_one_line(tmp_path: Path) -> None:
+    source = tmp_path / "a.py"
+    source.write_text("def add(a, b):\n    return a + b\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "lsp_server.cli", "complete", str(source), "--line", "1",
+         "--col", "4", "--backend", "exllamav2", "--threads", "1"],
+        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "exllamav2" in lines[0] and "--backend torch" in lines[0]
