@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="lsp_server", description=__doc__)
+    parser.add_argument("--stdio", action="store_true", help="serve LSP over stdin/stdout")
+    add_model_arguments(parser)
     sub = parser.add_subparsers(dest="command")
     _complete_parser(sub)
     if argv and argv[0] == "bench":
@@ -85,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
 
         bench.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.stdio and args.command is None:
+        from lsp_server import server
+
+        return server.serve_stdio(args)
     if args.command == "complete":
         return run_complete(args)
     if args.command == "bench":

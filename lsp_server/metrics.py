@@ -1,0 +1,43 @@
+"""Counters behind the `draftline.stats` command and the status notification."""
+from __future__ import annotations
+
+from collections import deque
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+class Metrics:
+    def __init__(self, window: int = 1000) -> None:
+        self.requests = 0  # inline/completion requests received
+        self.generated = 0  # answered by running the model
+        self.cancelled = 0  # superseded or cancelled by the client
+        self.cache_hits = 0  # answered from the typed-through cache
+        self.accepted = 0  # suggestions the client reported as taken
+        self.shown = 0
+        self.drafted_tokens = 0
+        self.accepted_tokens = 0
+        self.latencies_ms: deque[float] = deque(maxlen=window)  # answered requests only
+        self.last_latency_ms: float | None = None
+
+    def answered(self, ms: float) -> None:
+        self.latencies_ms.append(ms)
+        self.last_latency_ms = round(ms, 1)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Draft tokens the target accepted / drafted (speculative decoding's hit rate)."""
+        return round(self.accepted_tokens / self.drafted_tokens, 4) if self.drafted_tokens else None
+
+    def as_dict(self, state: str) -> dict:
+        lat = list(self.latencies_ms)
+        return {"requests": self.requests, "generated": self.generated,
+                "cancelled": self.cancelled, "cacheHits": self.cache_hits,
+                "accepted": self.accepted, "shown": self.shown,
+                "acceptanceRate": self.acceptance_rate, "p50Ms": _percentile(lat, 0.5),
+                "p95Ms": _percentile(lat, 0.95), "lastLatencyMs": self.last_latency_ms,
+                "state": state}

@@ -1,0 +1,316 @@
+"""The stdio language server: LSP handlers around the engine (pygls 2)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+
+from engine import Engine, EngineError, Sampling
+from lsp_server import context, suggest
+from lsp_server.metrics import Metrics
+from lsp_server.protocol import AnsweringProtocol
+from lsp_server.scheduler import Scheduler, Superseded
+from lsp_server.settings import Settings, merge
+from lsp_server.typed_through import TypedThroughCache
+from lsp_server.workspace import WorkspaceIndex
+
+log = logging.getLogger(__name__)
+
+STATUS = "draftline/status"
+INDEX_DELAY_S = 0.5  # re-index a changed document once typing pauses
+ALTERNATIVE = Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=0)  # for invoked requests
+
+
+class DraftlineServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__("draftline", "0.1.0", protocol_cls=AnsweringProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.settings = Settings()
+        self.engine: Engine | None = None
+        self.state = "loading"
+        self.scheduler = Scheduler()
+        self.metrics = Metrics()
+        self.typed = TypedThroughCache()
+        self.threads: int | None = None  # torch threads (--threads)
+        self.root: Path | None = None
+        self.index: WorkspaceIndex | None = None
+        self._snippets: dict[str, tuple[int, str]] = {}  # uri -> (window block, header)
+        self._pending_index: dict[str, asyncio.TimerHandle] = {}
+
+    # --- status and model -----------------------------------------------------------------
+    def status(self, message: str = "") -> None:
+        self.protocol.notify(STATUS, {
+            "state": self.state, "message": message,
+            "lastLatencyMs": self.metrics.last_latency_ms,
+            "acceptanceRate": self.metrics.acceptance_rate})
+
+    async def load_model(self) -> None:
+        s = self.settings
+        self.engine, self.state = None, "loading"
+        self.status(f"loading {s.model}")
+        try:
+            engine = await self.scheduler.call(
+                lambda: Engine.load(s.model, s.draft, s.dtype, s.backend, self.threads))
+        except EngineError as exc:
+            self.state = "error"
+            log.error("model failed to load: %s", exc)
+            self.status(str(exc))
+            return
+        self.engine = engine
+        self.state = "ready" if s.enabled else "disabled"
+        for doc in list(self.workspace.text_documents.values()):
+            engine.set_document(doc.uri, doc.source)
+        if self.root is not None and self.index is None:
+            self.index = WorkspaceIndex(self.root, self._index_file, engine.remove_document)
+            self.index.start()
+        self.status(f"{s.model} ready")
+
+    def _index_file(self, uri: str, text: str) -> None:
+        # An open document's live text wins over the file on disk.
+        if self.engine is not None and uri not in self.workspace.text_documents:
+            self.engine.set_document(uri, text)
+
+    def index_document(self, uri: str) -> None:
+        self._pending_index.pop(uri, None)
+        doc = self.workspace.text_documents.get(uri)
+        if self.engine is not None and doc is not None:
+            self.engine.set_document(uri, doc.source)
+
+    def index_later(self, uri: str) -> None:
+        if (handle := self._pending_index.pop(uri, None)) is not None:
+            handle.cancel()
+        loop = asyncio.get_running_loop()
+        self._pending_index[uri] = loop.call_later(INDEX_DELAY_S, self.index_document, uri)
+
+    # --- suggestions ----------------------------------------------------------------------
+    def snippets_for(self, uri: str, cursor: context.Cursor) -> str:
+        """Similar chunks of other open documents, recomputed only when the prefix window
+        moves, so the prompt's start (and the KV cache) survives typing."""
+        block = cursor.prefix.count("\n") // context.WINDOW_STEP_LINES
+        cached = self._snippets.get(uri)
+        if cached is not None and cached[0] == block:
+            return cached[1]
+        others = {self._name(u): d.source for u, d in self.workspace.text_documents.items()
+                  if u != uri}
+        picked = context.similar_snippets(context.neighbourhood(cursor), others)
+        header = context.snippet_header(picked, self.engine.tokenizer,
+                                        context.Budget().snippet_tokens) if picked else ""
+        self._snippets[uri] = (block, header)
+        return header
+
+    def _name(self, uri: str) -> str:
+        path = Path(unquote(urlparse(uri).path))
+        if self.root is not None and path.is_relative_to(self.root):
+            return path.relative_to(self.root).as_posix()
+        return path.name
+
+    async def suggestions(self, uri: str, position: types.Position, alternatives: int
+                          ) -> tuple[context.Cursor | None, list[str]]:
+        """Texts to insert at `position` (best first), and the cursor they belong to."""
+        started = time.perf_counter()
+        self.metrics.requests += 1
+        doc = self.workspace.text_documents.get(uri)
+        cursor = doc and suggest.cursor_at(doc.source, position.line, position.character)
+        p = cursor and suggest.plan(cursor, self.settings)
+        if not p:
+            self.typed.forget(uri)
+            return cursor, []
+        if (rest := self.typed.lookup(uri, cursor.prefix, cursor.suffix)) is not None:
+            self.metrics.cache_hits += 1
+            self.typed.remember(uri, cursor.prefix, cursor.suffix, rest)
+            self.metrics.answered((time.perf_counter() - started) * 1000)
+            return cursor, [rest]
+        engine, settings = self.engine, self.settings
+        if engine is None:
+            return cursor, []  # still loading (or failed): answer at once, never hang
+        snippets = self.snippets_for(uri, cursor)
+
+        def work(cancel):
+            runs = [suggest.generate(engine, p, settings, snippets, cancel)]
+            if alternatives > 1 and not cancel.is_set():
+                runs.append(suggest.generate(engine, p, settings, snippets, cancel, ALTERNATIVE))
+            return runs
+
+        try:
+            runs = await self.scheduler.run(uri, work, settings.debounceMs / 1000)
+        except Superseded:
+            self.metrics.cancelled += 1
+            return cursor, []
+        except asyncio.CancelledError:
+            self.metrics.cancelled += 1
+            raise
+        except EngineError as exc:
+            log.error("completion failed: %s", exc)
+            return cursor, []
+        self.metrics.generated += 1
+        for _, stats in runs:
+            self.metrics.drafted_tokens += stats.drafted
+            self.metrics.accepted_tokens += stats.accepted
+        texts = list(dict.fromkeys(t for t, _ in runs if t))  # distinct, best first
+        self.typed.remember(uri, cursor.prefix, cursor.suffix, texts[0] if texts else "")
+        self.metrics.answered((time.perf_counter() - started) * 1000)
+        self.status()
+        return cursor, texts
+
+
+server = DraftlineServer()
+
+
+def _accept_command(uri: str, text: str) -> types.Command:
+    return types.Command(title="Accept Draftline suggestion", command="draftline.didAccept",
+                         arguments=[{"uri": uri, "text": text}])
+
+
+@server.feature(types.INITIALIZE)
+def initialize(ls: DraftlineServer, params: types.InitializeParams) -> None:
+    ls.settings, _ = merge(ls.settings, params.initialization_options)
+    folders = params.workspace_folders or []
+    root_uri = folders[0].uri if folders else params.root_uri
+    if root_uri and root_uri.startswith("file:"):
+        ls.root = Path(unquote(urlparse(root_uri).path)).resolve()
+
+
+@server.feature(types.INITIALIZED)
+def initialized(ls: DraftlineServer, params: types.InitializedParams) -> None:
+    asyncio.ensure_future(ls.load_model())
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+def did_change_configuration(ls: DraftlineServer, params: types.DidChangeConfigurationParams) -> None:
+    before = ls.settings
+    ls.settings, problems = merge(before, params.settings)
+    for problem in problems:
+        ls.window_log_message(types.LogMessageParams(types.MessageType.Warning, problem))
+    if ls.settings.model_key() != before.model_key() and ls.state != "loading":
+        asyncio.ensure_future(ls.load_model())
+    elif ls.settings.enabled != before.enabled and ls.engine is not None:
+        ls.state = "ready" if ls.settings.enabled else "disabled"
+        ls.status()
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: DraftlineServer, params: types.DidOpenTextDocumentParams) -> None:
+    ls.index_document(params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: DraftlineServer, params: types.DidChangeTextDocumentParams) -> None:
+    ls.index_later(params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: DraftlineServer, params: types.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    ls.typed.forget(uri)
+    ls._snippets.pop(uri, None)
+    if (handle := ls._pending_index.pop(uri, None)) is not None:
+        handle.cancel()
+    if ls.engine is None:
+        return
+    path = Path(unquote(urlparse(uri).path))
+    if ls.index is not None and uri.startswith("file:") and ls.index.accepts(path):
+        ls.index.update(path)  # back to the file on disk: workspace files stay indexed
+    else:
+        ls.engine.remove_document(uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+async def inline_completion(ls: DraftlineServer, params: types.InlineCompletionParams
+                            ) -> types.InlineCompletionList | None:
+    invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+    cursor, texts = await ls.suggestions(params.text_document.uri, params.position,
+                                         alternatives=2 if invoked else 1)
+    if not texts:
+        return None
+    # Replace from the line start: the item stays valid when the user backspaces.
+    start = types.Position(params.position.line, 0)
+    line = cursor.line_before
+    items = [types.InlineCompletionItem(
+        insert_text=line + text, filter_text=line + text,
+        range=types.Range(start, params.position), command=_accept_command(
+            params.text_document.uri, text)) for text in texts]
+    return types.InlineCompletionList(items)
+
+
+@server.feature(types.TEXT_DOCUMENT_COMPLETION)
+async def completion(ls: DraftlineServer, params: types.CompletionParams
+                     ) -> types.CompletionList | None:
+    _, texts = await ls.suggestions(params.text_document.uri, params.position, alternatives=1)
+    if not texts:
+        return None
+    text = texts[0]
+    item = types.CompletionItem(
+        label=text.split("\n", 1)[0], insert_text=text, kind=types.CompletionItemKind.Text,
+        # Insert at the cursor (empty range): the typed word is kept, not replaced.
+        text_edit=types.TextEdit(types.Range(params.position, params.position), text),
+        command=_accept_command(params.text_document.uri, text))
+    return types.CompletionList(is_incomplete=True, items=[item])
+
+
+def _report(args: tuple) -> dict:
+    """The {"uri", "text", ...} object clients pass to the report commands."""
+    if len(args) != 1 or not isinstance(args[0], dict) or not isinstance(args[0].get("text"), str):
+        raise JsonRpcInvalidParams('expected one argument {"uri": ..., "text": ...}')
+    return args[0]
+
+
+@server.command("draftline.stats")
+def stats(ls: DraftlineServer, *args) -> dict:
+    return ls.metrics.as_dict(ls.state)
+
+
+@server.command("draftline.didAccept")
+def did_accept(ls: DraftlineServer, *args) -> None:
+    report = _report(args)
+    ls.metrics.accepted += 1
+    ls.typed.forget(report.get("uri", ""))
+
+
+@server.command("draftline.didShowCompletion")
+def did_show(ls: DraftlineServer, *args) -> None:
+    _report(args)
+    ls.metrics.shown += 1
+
+
+@server.command("draftline.didPartiallyAcceptCompletion")
+def did_partially_accept(ls: DraftlineServer, *args) -> None:
+    report = _report(args)
+    if not isinstance(report.get("acceptedLength"), int):
+        raise JsonRpcInvalidParams("acceptedLength must be an integer")
+    ls.metrics.accepted += 1
+
+
+@server.command("draftline.toggle")
+def toggle(ls: DraftlineServer, *args) -> dict:
+    ls.settings = merge(ls.settings, {"enabled": not ls.settings.enabled})[0]
+    if ls.engine is not None:
+        ls.state = "ready" if ls.settings.enabled else "disabled"
+    ls.status()
+    return {"enabled": ls.settings.enabled}
+
+
+def serve_stdio(args: argparse.Namespace) -> int:
+    """Serve LSP on stdio; the command line's model options are the settings' defaults. fd 1 is kept for the protocol alone: the real stdout is
+    duplicated for pygls and fd 1 now points at stderr, so stray prints (ours, a library's,
+    or C code's) cannot corrupt the stream."""
+    server.settings = Settings(model=args.model, draft=args.draft, dtype=args.dtype,
+                               backend=args.backend)
+    server.threads = args.threads
+    logging.getLogger("pygls").setLevel(logging.WARNING)  # not every message on stderr
+    protocol_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    server.start_io(sys.stdin.buffer, protocol_out)
+    server.scheduler.shutdown()
+    if server.index is not None:
+        server.index.stop()
+    return 0
