@@ -1,0 +1,80 @@
+// Entry point: starts the Draftline language server and wires the status bar and commands.
+// `draftline.toggle` (and the accept notifications that inline items carry as their command)
+// are the server's own executeCommand commands, which the LanguageClient registers in VS Code.
+import * as vscode from 'vscode';
+import { LanguageClient, State } from 'vscode-languageclient/node';
+import { createClient, sendSettings, serverCommand } from './client';
+import { readLanguages, readServerSettings, serverPathFromSettings } from './settings';
+import { Stats, formatStats } from './stats';
+import { ServerStatus, StatusBar } from './status';
+
+/** Returned by activate(); lets other extensions (and the tests) reach the client. */
+export interface DraftlineApi {
+  client(): LanguageClient | undefined;
+  status(): ServerStatus;
+}
+
+let client: LanguageClient | undefined;
+let statusBar: StatusBar | undefined;
+
+export async function activate(context: vscode.ExtensionContext): Promise<DraftlineApi> {
+  const bar = new StatusBar();
+  statusBar = bar;
+  context.subscriptions.push(
+    bar,
+    vscode.commands.registerCommand('draftline.showStats', showStats),
+    vscode.workspace.onDidChangeConfiguration(onDidChangeConfiguration),
+  );
+  await startClient();
+  return { client: () => client, status: () => bar.status };
+}
+
+export function deactivate(): Promise<void> | undefined {
+  return stopClient();
+}
+
+async function startClient(): Promise<void> {
+  const c = createClient(serverPathFromSettings(), readLanguages(), readServerSettings());
+  client = c;
+  c.onNotification('draftline/status', (s: ServerStatus) => statusBar?.update(s));
+  c.onDidChangeState((e) => {
+    if (e.newState === State.Stopped && client === c) {
+      statusBar?.update({ state: 'error', message: 'the server stopped; see the Draftline output' });
+    }
+  });
+  try {
+    await c.start();
+  } catch (err) {
+    statusBar?.update({ state: 'error', message: `cannot start the server: ${err instanceof Error ? err.message : err}` });
+  }
+}
+
+async function stopClient(): Promise<void> {
+  const c = client;
+  client = undefined;
+  if (c?.isRunning()) {
+    await c.stop();
+  }
+}
+
+async function onDidChangeConfiguration(e: vscode.ConfigurationChangeEvent): Promise<void> {
+  if (!e.affectsConfiguration('draftline')) {
+    return;
+  }
+  // The executable and the document selector are fixed when a client starts.
+  if (e.affectsConfiguration('draftline.serverPath') || e.affectsConfiguration('draftline.languages')) {
+    await stopClient();
+    await startClient();
+  } else if (client?.isRunning()) {
+    await sendSettings(client, readServerSettings());
+  }
+}
+
+async function showStats(): Promise<void> {
+  if (!client?.isRunning()) {
+    void vscode.window.showWarningMessage('Draftline: the server is not running.');
+    return;
+  }
+  const stats = await serverCommand<Stats>(client, 'draftline.stats');
+  void vscode.window.showInformationMessage(formatStats(stats));
+}

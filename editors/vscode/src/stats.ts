@@ -1,0 +1,27 @@
+// Formats the server's `draftline.stats` answer for people.
+
+/** Result of the server's `draftline.stats` command. */
+export interface Stats {
+  requests: number;
+  generated: number;
+  cancelled: number;
+  cacheHits: number;
+  accepted: number;
+  shown: number;
+  acceptanceRate: number | null;
+  p50Ms: number | null;
+  p95Ms: number | null;
+  lastLatencyMs: number | null;
+  state: string;
+}
+
+const ms = (v: number | null | undefined): string => (typeof v === 'number' ? `${Math.round(v)} ms` : 'n/a');
+
+export function formatStats(s: Stats): string {
+  const rate = typeof s.acceptanceRate === 'number' ? `${Math.round(s.acceptanceRate * 100)}%` : 'n/a';
+  return (
+    `Draftline (${s.state}): ${s.requests} requests, ${s.generated} generated, ` +
+    `${s.accepted} accepted of ${s.shown} shown (${rate}), ${s.cancelled} cancelled, ` +
+    `${s.cacheHits} cache hits; latency p50 ${ms(s.p50Ms)}, p95 ${ms(s.p95Ms)}, last ${ms(s.lastLatencyMs)}`
+  );
+}

@@ -1,0 +1,36 @@
+// Pure helpers: server path resolution, status bar text, stats text.
+'use strict';
+const { test } = require('node:test');
+const assert = require('node:assert/strict');
+const path = require('path');
+const { resolveServerPath } = require('../out/settings');
+const { statusText } = require('../out/status');
+const { formatStats } = require('../out/stats');
+
+test('the configured server path wins', () => {
+  assert.equal(resolveServerPath('/opt/lsp_server', ['/w'], () => true), '/opt/lsp_server');
+});
+
+test('the first workspace folder with .venv/bin/lsp_server is used', () => {
+  const want = path.join('/b', '.venv', 'bin', 'lsp_server');
+  assert.equal(resolveServerPath('', ['/a', '/b', '/c'], (p) => p === want || p.startsWith('/c')), want);
+});
+
+test('without a virtual environment the server comes from PATH', () => {
+  assert.equal(resolveServerPath('', ['/a'], () => false), 'lsp_server');
+});
+
+test('status text shows state, latency and acceptance', () => {
+  assert.equal(statusText({ state: 'ready', lastLatencyMs: 83.6, acceptanceRate: 0.404 }), '$(check) Draftline 84 ms · 40%');
+  assert.equal(statusText({ state: 'ready' }), '$(check) Draftline');
+  assert.match(statusText({ state: 'loading', message: 'loading model' }), /loading/);
+  assert.match(statusText({ state: 'error' }), /error/);
+  assert.match(statusText({ state: 'disabled' }), /off/);
+});
+
+test('stats text names every counter', () => {
+  const text = formatStats({ requests: 7, generated: 5, cancelled: 2, cacheHits: 1, accepted: 3, shown: 4,
+    acceptanceRate: 0.75, p50Ms: 80, p95Ms: 210.4, lastLatencyMs: null, state: 'ready' });
+  assert.equal(text, 'Draftline (ready): 7 requests, 5 generated, 3 accepted of 4 shown (75%), 2 cancelled, ' +
+    '1 cache hits; latency p50 80 ms, p95 210 ms, last n/a');
+});
