@@ -11,6 +11,7 @@ import torch
 
 from engine.backends.base import Backend
 from engine.decoding import Healing, StopRules, generate_autoregressive, generate_speculative
+from engine.draft_loading import load_embedded_draft
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.hybrid import Hybrid
 from engine.drafters.prompt_lookup import PromptLookup
@@ -68,7 +69,9 @@ class Engine:
         set_threads(threads)
         target, tokenizer = load_model(model, dtype, backend, max_len)
         draft_backend = None
-        if draft:
+        if draft == EMBEDDED:  # trained layers running on the target's own embedding
+            draft_backend = load_embedded_draft(target)
+        elif draft:
             draft_backend, draft_tokenizer = load_model(draft, dtype, "torch", max_len)
             if draft_tokenizer.vocab_size != tokenizer.vocab_size:
                 raise EngineError(
