@@ -52,6 +52,8 @@ before(async () => {
     'draftline.serverPath': process.env.DRAFTLINE_SERVER || '',
     'draftline.languages': ['python'],
     'draftline.maxTokens': 24,
+    // Generous: two shared CPU cores; speed is measured by the benchmark, not here.
+    'draftline.timeBudgetMs': 10_000,
   });
   api = await extension.activate({ subscriptions: [] });
   await waitFor('the server to report ready', () => api.status().state === 'ready');
@@ -71,7 +73,7 @@ test('an opened document gets an inline completion, the same text the server sen
     'def add(a, b):\n    """Return the sum of a and b."""\n    return ');
   const position = new vscode.Position(2, 11);
   const items = await inline(doc, position);
-  assert.ok(items.length > 0, 'at least one suggestion');
+  assert.ok(items.length > 0, `at least one suggestion; server log:\n${fake.state.output.slice(-10).join('\n')}`);
   const item = items[0];
   const text = typeof item.insertText === 'string' ? item.insertText : item.insertText.value;
   assert.ok(text.trim().length > 0, `non-empty suggestion, got ${JSON.stringify(text)}`);
@@ -105,7 +107,7 @@ test('a cancelled request resolves empty and the server counts the cancellation'
   assert.deepEqual(await pending, []);
   const now = await waitForStats('the server to count the cancellation', (s) => s.cancelled > before.cancelled);
   assert.ok(now.cancelled > before.cancelled);
-  await fake.setConfig({ 'draftline.maxTokens': 24, 'draftline.multiline': 'auto', 'draftline.timeBudgetMs': 400 });
+  await fake.setConfig({ 'draftline.maxTokens': 24, 'draftline.multiline': 'auto', 'draftline.timeBudgetMs': 10_000 });
 });
 
 test('draftline.enabled reaches the server through didChangeConfiguration', async () => {
