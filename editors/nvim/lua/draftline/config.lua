@@ -1,0 +1,61 @@
+-- Defaults, the user's overrides, and where the server executable is.
+local M = {}
+
+M.defaults = {
+  -- Server executable; nil: the nearest .venv/bin/lsp_server (from the working directory up,
+  -- then this plugin's own checkout), else `lsp_server` on PATH.
+  cmd = nil,
+  filetypes = { 'python', 'javascript', 'typescript', 'go', 'rust', 'c', 'cpp', 'java', 'lua', 'sh' },
+  -- Sent as initializationOptions and as workspace/didChangeConfiguration section `draftline`.
+  settings = {
+    model = 'embedded',
+    draft = vim.NIL,
+    mode = 'hybrid',
+    dtype = vim.NIL,
+    backend = 'auto',
+    maxTokens = 64,
+    multiline = 'auto', -- 'auto' | 'always' | 'never'
+    timeBudgetMs = 400,
+    debounceMs = 0,
+    enabled = true,
+  },
+  -- Insert-mode keys; false skips one. Without a suggestion each key does what it did before.
+  keymaps = {
+    accept = '<Tab>',
+    accept_word = '<M-Right>',
+    accept_line = '<M-Down>',
+    dismiss = '<C-]>',
+  },
+  -- Neovim 0.11 only (0.12 uses its native inline completion, which debounces 200 ms itself).
+  debounce_ms = 150,
+  -- Use the extmark fallback even where native inline completion exists.
+  force_fallback = false,
+}
+
+--- Where this plugin's checkout is (editors/nvim/lua/draftline/config.lua -> repository root).
+local function plugin_root()
+  local here = debug.getinfo(1, 'S').source:sub(2)
+  return vim.fs.dirname(vim.fs.dirname(vim.fs.dirname(vim.fs.dirname(vim.fs.dirname(here)))))
+end
+
+---@return string[] the command that starts the server on stdio
+function M.server_cmd(cmd)
+  if type(cmd) == 'table' then
+    return cmd
+  end
+  if type(cmd) == 'string' then
+    return { cmd, '--stdio' }
+  end
+  local venv = vim.fs.find('.venv/bin/lsp_server', { upward = true, path = vim.uv.cwd() })[1]
+  if not venv then
+    local own = vim.fs.joinpath(plugin_root(), '.venv', 'bin', 'lsp_server')
+    venv = vim.uv.fs_stat(own) and own or nil
+  end
+  return { venv or 'lsp_server', '--stdio' }
+end
+
+function M.merge(opts)
+  return vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
+end
+
+return M

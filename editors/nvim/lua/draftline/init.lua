@@ -1,0 +1,133 @@
+-- Draftline for Neovim: starts `lsp_server --stdio` through vim.lsp.config / vim.lsp.enable and
+-- shows its inline completions (native on 0.12+, extmark ghost text on 0.11).
+local config = require('draftline.config')
+local M = {}
+
+---@type { state: string, message?: string, lastLatencyMs?: number, acceptanceRate?: number }?
+local status = nil
+
+local function client()
+  return vim.lsp.get_clients({ name = 'draftline' })[1]
+end
+
+local function on_status(_, result)
+  status = result
+  vim.cmd.redrawstatus({ bang = true, mods = { emsg_silent = true } })
+end
+
+--- Statusline component: "Draftline ready 84ms 40%", "" before the server starts.
+function M.statusline()
+  if not status then
+    return ''
+  end
+  local parts = { 'Draftline', status.state }
+  if status.state == 'ready' then
+    if type(status.lastLatencyMs) == 'number' then
+      parts[#parts + 1] = string.format('%dms', math.floor(status.lastLatencyMs + 0.5))
+    end
+    if type(status.acceptanceRate) == 'number' then
+      parts[#parts + 1] = string.format('%d%%', math.floor(status.acceptanceRate * 100 + 0.5))
+    end
+  end
+  return table.concat(parts, ' ')
+end
+
+--- The last `draftline/status` the server sent (nil before the first).
+function M.status()
+  return status
+end
+
+local function server_command(name, on_result)
+  local c = client()
+  if not c then
+    vim.notify('Draftline: the server is not running', vim.log.levels.WARN)
+    return
+  end
+  c:request('workspace/executeCommand', { command = name, arguments = {} }, function(err, result)
+    if err then
+      vim.notify('Draftline: ' .. err.message, vim.log.levels.ERROR)
+    elseif on_result then
+      on_result(result)
+    end
+  end)
+end
+
+local function ms(v)
+  return type(v) == 'number' and string.format('%d ms', math.floor(v + 0.5)) or 'n/a'
+end
+
+--- Format the server's `draftline.stats` answer.
+function M.format_stats(s)
+  local rate = type(s.acceptanceRate) == 'number' and string.format('%d%%', math.floor(s.acceptanceRate * 100 + 0.5)) or 'n/a'
+  return string.format(
+    'Draftline (%s): %d requests, %d generated, %d accepted of %d shown (%s), %d cancelled, %d cache hits; latency p50 %s, p95 %s, last %s',
+    s.state, s.requests, s.generated, s.accepted, s.shown, rate, s.cancelled, s.cacheHits, ms(s.p50Ms), ms(s.p95Ms), ms(s.lastLatencyMs))
+end
+
+local subcommands = {
+  stats = function()
+    server_command('draftline.stats', function(s) vim.notify(M.format_stats(s)) end)
+  end,
+  toggle = function()
+    server_command('draftline.toggle', function(r) vim.notify('Draftline ' .. (r.enabled and 'on' or 'off')) end)
+  end,
+  status = function()
+    vim.notify(M.statusline() ~= '' and M.statusline() or 'Draftline: not started')
+  end,
+}
+
+local function set_keymaps(keymaps, impl)
+  local actions = { accept = 'all', accept_word = 'word', accept_line = 'line' }
+  for name, lhs in pairs(keymaps) do
+    if lhs then
+      vim.keymap.set('i', lhs, function()
+        local done
+        if name == 'dismiss' then
+          done = impl.dismiss()
+        else
+          done = impl.accept(actions[name])
+        end
+        -- Without a suggestion the key keeps its usual meaning.
+        return done and '' or lhs
+      end, { expr = true, replace_keycodes = true, desc = 'Draftline: ' .. name:gsub('_', ' ') })
+    end
+  end
+end
+
+function M.setup(opts)
+  local cfg = config.merge(opts)
+  local impl = (vim.lsp.inline_completion and not cfg.force_fallback) and require('draftline.native')
+    or require('draftline.ghost')
+  M.config = cfg
+  vim.lsp.config('draftline', {
+    cmd = config.server_cmd(cfg.cmd),
+    -- torch's idle OpenMP threads spin; passive waiting keeps the editor responsive.
+    cmd_env = { OMP_WAIT_POLICY = 'PASSIVE' },
+    filetypes = cfg.filetypes,
+    root_markers = { '.git', 'pyproject.toml', 'package.json' },
+    init_options = cfg.settings,
+    settings = { draftline = cfg.settings },
+    handlers = { ['draftline/status'] = on_status },
+  })
+  vim.lsp.enable('draftline')
+  vim.api.nvim_create_autocmd('LspAttach', {
+    group = vim.api.nvim_create_augroup('draftline', { clear = true }),
+    callback = function(args)
+      local c = vim.lsp.get_client_by_id(args.data.client_id)
+      if c and c.name == 'draftline' then
+        impl.attach(args.buf, c.id, cfg.debounce_ms)
+      end
+    end,
+  })
+  set_keymaps(cfg.keymaps, impl)
+  vim.api.nvim_create_user_command('Draftline', function(a)
+    local run = subcommands[a.args]
+    if not run then
+      vim.notify('Draftline: unknown subcommand ' .. a.args .. ' (stats, toggle, status)', vim.log.levels.ERROR)
+      return
+    end
+    run()
+  end, { nargs = 1, complete = function() return vim.tbl_keys(subcommands) end, desc = 'Draftline: stats | toggle | status' })
+end
+
+return M

@@ -1,0 +1,153 @@
+-- Headless Neovim test of the Draftline plugin against the real server: type into a Python buffer,
+-- see the ghost text, accept a word and then all of it, and check the buffer against what the
+-- server itself answers for the same position. Exit code 0 = pass; failures go to stderr.
+-- Run: nvim --headless -u tests/editors/minimal_init.lua -c 'luafile tests/editors/nvim_plugin_test.lua'
+local draftline = require('draftline')
+local TIMEOUT_MS = 150000
+
+local function log(...)
+  io.stderr:write(table.concat(vim.tbl_map(tostring, { ... }), ' ') .. '\n')
+end
+
+local function fail(msg)
+  log('FAIL: ' .. msg)
+  vim.cmd('cquit 1')
+end
+
+local co
+--- Let the main loop run (typeahead, timers, LSP messages) until `pred` holds.
+local function wait_until(what, pred, timeout_ms)
+  local deadline = vim.uv.now() + (timeout_ms or 60000)
+  while not pred() do
+    if vim.uv.now() > deadline then
+      fail('timed out waiting for ' .. what)
+    end
+    vim.defer_fn(function() assert(coroutine.resume(co)) end, 50)
+    coroutine.yield()
+  end
+end
+
+local function feed(keys)
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), 'm', false)
+end
+
+--- Ghost text drawn on the buffer, from any namespace: inline text plus virtual lines.
+local function ghost_text(bufnr)
+  local parts = {}
+  for _, m in ipairs(vim.api.nvim_buf_get_extmarks(bufnr, -1, 0, -1, { details = true })) do
+    local d = m[4]
+    local line = {}
+    for _, chunk in ipairs(d.virt_text or {}) do
+      line[#line + 1] = chunk[1]
+    end
+    parts[#parts + 1] = table.concat(line)
+    for _, vl in ipairs(d.virt_lines or {}) do
+      local l = {}
+      for _, chunk in ipairs(vl) do
+        l[#l + 1] = chunk[1]
+      end
+      parts[#parts + 1] = table.concat(l)
+    end
+  end
+  return table.concat(parts, '\n')
+end
+
+--- The server's own answer at the cursor, asked directly (the independent route).
+local function server_suggestion(bufnr)
+  local client = vim.lsp.get_clients({ name = 'draftline', bufnr = bufnr })[1]
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  params.context = { triggerKind = 1 }
+  local resp = client:request_sync('textDocument/inlineCompletion', params, 30000, bufnr)
+  local items = resp and resp.result and (resp.result.items or resp.result) or {}
+  if not items[1] then
+    return nil
+  end
+  local item = items[1]
+  local text = type(item.insertText) == 'string' and item.insertText or item.insertText.value
+  -- The part already typed between the item's range start and the cursor is not new.
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  local line = vim.api.nvim_buf_get_lines(bufnr, row - 1, row, true)[1]
+  local start = vim.str_byteindex(line, client.offset_encoding, item.range.start.character, false)
+  return text:sub(col - start + 1)
+end
+
+local function stats(bufnr)
+  local client = vim.lsp.get_clients({ name = 'draftline', bufnr = bufnr })[1]
+  local resp = client:request_sync('workspace/executeCommand', { command = 'draftline.stats', arguments = {} }, 10000, bufnr)
+  return resp.result
+end
+
+local function buffer_text(bufnr)
+  return table.concat(vim.api.nvim_buf_get_lines(bufnr, 0, -1, true), '\n')
+end
+
+local function check(cond, msg)
+  if not cond then
+    fail(msg)
+  end
+end
+
+local function run()
+  local dir = vim.fn.tempname()
+  vim.fn.mkdir(dir, 'p')
+  vim.cmd.edit(dir .. '/shapes.py')
+  local bufnr = vim.api.nvim_get_current_buf()
+  vim.api.nvim_buf_set_lines(bufnr, 0, -1, true, {
+    'import math',
+    '',
+    '',
+    'def circle_area(radius):',
+    '    """Return the area of a circle."""',
+    '    ',
+  })
+  wait_until('the server to attach', function() return #vim.lsp.get_clients({ name = 'draftline', bufnr = bufnr }) > 0 end)
+  wait_until('the model to load', function() return (draftline.status() or {}).state == 'ready' end, TIMEOUT_MS)
+  check(draftline.statusline():match('^Draftline ready'), 'statusline: ' .. draftline.statusline())
+
+  -- Type at the end of the last line, as a user would.
+  vim.api.nvim_win_set_cursor(0, { 6, 4 })
+  feed('A')
+  feed('return ')
+  wait_until('insert mode and typed text', function()
+    return vim.api.nvim_get_mode().mode == 'i' and vim.api.nvim_get_current_line() == '    return '
+  end)
+  wait_until('ghost text', function() return ghost_text(bufnr) ~= '' end)
+  local shown = ghost_text(bufnr)
+  local before = buffer_text(bufnr)
+  local expected = server_suggestion(bufnr)
+  log('suggestion: ' .. vim.inspect(shown) .. ' server: ' .. vim.inspect(expected))
+  check(expected and expected ~= '', 'the server answers at the cursor')
+  check(shown == expected, 'ghost text ' .. vim.inspect(shown) .. ' is the server text ' .. vim.inspect(expected))
+
+  -- Accept one word: the buffer grows by a prefix of the suggestion, not all of it.
+  local stats0 = stats(bufnr)
+  feed('<M-Right>')
+  wait_until('the word to be inserted', function() return buffer_text(bufnr) ~= before end)
+  local after_word = buffer_text(bufnr)
+  check(vim.startswith(before .. expected, after_word), 'word accept inserts a prefix: ' .. vim.inspect(after_word))
+  check(#after_word < #(before .. expected) or not expected:find('%s'), 'word accept inserts less than all')
+
+  -- Accept the rest with <Tab>: the buffer is the typed text plus the server's suggestion.
+  wait_until('ghost text after the word', function() return ghost_text(bufnr) ~= '' end)
+  feed('<Tab>')
+  wait_until('the rest to be inserted', function() return buffer_text(bufnr) == before .. expected end, 30000)
+  wait_until('the server to count the acceptances', function() return stats(bufnr).accepted >= stats0.accepted + 2 end, 10000)
+
+  -- With no suggestion <Tab> is still a tab.
+  vim.cmd('stopinsert')
+  wait_until('normal mode', function() return vim.api.nvim_get_mode().mode == 'n' end)
+  local c = vim.api.nvim_get_commands({})['Draftline']
+  check(c ~= nil, ':Draftline exists')
+  check(draftline.format_stats(stats(bufnr)):match('accepted'), 'stats text')
+  log('PASS ' .. tostring(vim.version()))
+  vim.cmd('qa!')
+end
+
+vim.defer_fn(function() fail('the whole test timed out') end, TIMEOUT_MS + 60000)
+co = coroutine.create(function()
+  local ok, err = xpcall(run, debug.traceback)
+  if not ok then
+    fail(err)
+  end
+end)
+assert(coroutine.resume(co))
