@@ -1,0 +1,1 @@
+"""Training the embedded draft model by distillation from the target (CPU, offline)."""
