@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +108,88 @@ def test_gpu_check_script_runs_on_cpu(tmp_path: Path) -> None:
     lookups = [r for r in results if r["check"].startswith("lookup")]
     assert all(r["accepted"] > 0 for r in lookups)  # the accept path was exercised
     assert any(r["accepted"] < r["drafted"] for r in lookups)  # and the reject path too
+
+
+# --- the stdio server asked for exllamav2 on this machine -------------------------------------
+
+def _frame(message: dict) -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def _read_frames(stream, frames: queue.Queue) -> None:
+    """Parse stdout strictly as LSP frames; anything else is queued as a protocol violation."""
+    while True:
+        header = stream.readline()
+        if not header:
+            return
+        if not header.startswith(b"Content-Length: "):
+            frames.put(("garbage", header))
+            return
+        length = int(header.split(b":")[1])
+        while (line := stream.readline()) not in (b"\r\n", b""):
+            if not line.startswith(b"Content-Type: "):
+                frames.put(("garbage", line))
+                return
+        try:
+            frames.put(("frame", json.loads(stream.read(length))))
+        except ValueError as exc:
+            frames.put(("garbage", repr(exc).encode()))
+            return
+
+
+def _wait_for(frames: queue.Queue, seen: list, match) -> dict:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        kind, item = frames.get(timeout=deadline - time.monotonic())
+        assert kind == "frame", f"stdout carried something other than LSP frames: {item!r}"
+        seen.append(item)
+        if match(item):
+            return item
+    raise AssertionError(f"no matching message; saw {seen}")
+
+
+def test_stdio_server_reports_missing_gpu_backend_and_keeps_serving(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lsp_server.cli", "--stdio", "--backend", "exllamav2", "--threads", "1"],
+        cwd=ROOT, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    frames: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=_read_frames, args=(proc.stdout, frames), daemon=True)
+    reader.start()
+    seen: list[dict] = []
+
+    def send(message: dict) -> None:
+        proc.stdin.write(_frame(message))
+        proc.stdin.flush()
+
+    try:
+        uri = (tmp_path / "a.py").as_uri()
+        send({"id": 1, "method": "initialize",
+              "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}}})
+        init = _wait_for(frames, seen, lambda m: m.get("id") == 1)
+        assert "inlineCompletionProvider" in init["result"]["capabilities"]
+        send({"method": "initialized", "params": {}})
+        error = _wait_for(frames, seen, lambda m: m.get("method") == "draftline/status"
+                          and m["params"]["state"] == "error")
+        assert "exllamav2" in error["params"]["message"]
+        send({"method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": "def add(a, b):\n    return "}}})
+        send({"id": 2, "method": "textDocument/inlineCompletion", "params": {
+            "textDocument": {"uri": uri}, "position": {"line": 1, "character": 11},
+            "context": {"triggerKind": 2}}})
+        answer = _wait_for(frames, seen, lambda m: m.get("id") == 2)
+        assert "error" not in answer and answer["result"] in (None, [], {"items": []})
+        send({"id": 3, "method": "shutdown"})
+        _wait_for(frames, seen, lambda m: m.get("id") == 3)
+        send({"method": "exit"})
+        assert proc.wait(timeout=60) == 0
+        reader.join(timeout=10)
+        while not frames.empty():  # whatever came after: still only frames
+            kind, item = frames.get()
+            assert kind == "frame", f"stdout carried something other than LSP frames: {item!r}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        stderr = proc.stderr.read().decode(errors="replace")
+    assert "exllamav2" in stderr  # the reason is logged for the user, on stderr
