@@ -53,6 +53,10 @@ class Tokenizer:
     def decode(self, ids: list[int]) -> str:
         return self._hf.decode(ids, skip_special_tokens=True)
 
+    def save(self, path: Path) -> None:
+        """Write a Hugging Face `tokenizer.json` (e.g. to build a model folder for another backend)."""
+        self._hf.save(str(path))
+
     @classmethod
     def from_gguf_metadata(cls, meta: dict, source: Path) -> Tokenizer:
         if meta.get("tokenizer.ggml.model") != "gpt2":

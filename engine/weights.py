@@ -127,7 +127,7 @@ def _check_complete(tensors: dict[str, torch.Tensor], config: LlamaConfig, path:
 # --- Hugging Face folders -------------------------------------------------------------------
 
 def _load_hf_folder(folder: Path) -> LoadedWeights:
-    from safetensors import SafetensorsError
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     config_file = folder / "config.json"
@@ -165,7 +165,7 @@ def _load_hf_folder(folder: Path) -> LoadedWeights:
     for f in files:
         try:
             source.update(load_file(f))
-        except (SafetensorsError, OSError, ValueError) as exc:
+        except (SafetensorError, OSError, ValueError) as exc:
             raise ModelLoadError(f"{f}: corrupt safetensors file ({exc})") from exc
     names = _rename(_HF_NAMES, config.n_layers, set(source))
     tensors = {c: source[s] for c, s in names.items()}

@@ -53,7 +53,7 @@ def export_tokenizer(dest: Path) -> Path:
     meta = {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.ggml.")}
     tokenizer = Tokenizer.from_gguf_metadata(meta, source)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer._hf.save(str(dest))  # engine.Tokenizer has no public save; the HF object is the format
+    tokenizer.save(dest)
     config = {"eos_token_id": sorted(tokenizer.eos_ids)}
     dest.with_name("tokenizer_eos.json").write_text(json.dumps(config))
     return dest

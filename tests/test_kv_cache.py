@@ -1,0 +1,74 @@
+"""KV cache: rollback, prefix reuse, and tree attention against fresh computation (fp32)."""
+import pytest
+import torch
+
+from tests.code_samples import stdlib_text
+
+ATOL = 2e-3  # fp32 logits; different pass widths sum in different orders
+
+
+@pytest.fixture(scope="module")
+def target(fp32_engine):
+    return fp32_engine.target
+
+
+@pytest.fixture(scope="module")
+def tokens(fp32_engine):
+    return fp32_engine.tokenizer.encode(stdlib_text("heapq.py"))[:300]
+
+
+def fresh_logits(target, tokens):
+    target.truncate(0)
+    return target.forward(tokens)
+
+
+def test_truncate_then_reforward_equals_fresh(target, tokens):
+    expected = fresh_logits(target, tokens[:120])
+    target.truncate(0)
+    target.forward(tokens[:100])
+    target.forward([7, 8, 9, 10])  # tokens that will be rolled back
+    target.truncate(90)
+    got = target.forward(tokens[90:120])
+    torch.testing.assert_close(got, expected[90:], atol=ATOL, rtol=0)
+
+
+def test_sync_reuses_the_common_prefix(target, tokens):
+    target.truncate(0)
+    assert target.sync(tokens[:200]) == 0
+    assert target.sync(tokens[:150] + [5, 6]) == 150
+    assert target.tokens == tokens[:150] + [5, 6]
+    assert target.sync(tokens[:220]) == 150
+    expected = fresh_logits(target, tokens[:221])[-1]
+    target.truncate(0)
+    target.sync(tokens[:220])
+    torch.testing.assert_close(target.forward([tokens[220]])[-1], expected, atol=ATOL, rtol=0)
+
+
+def test_tree_pass_equals_sequential_decoding_of_each_path(target, tokens):
+    prefix = tokens[:80]
+    # root -> a -> b, root -> c -> d -> e, a -> f : three paths in one pass
+    nodes = [tokens[80], tokens[81], 300, 301, 302, 303]
+    parents = [-1, 0, -1, 2, 3, 0]
+    target.truncate(0)
+    target.forward(prefix)
+    tree = target.forward(nodes, parents)
+    for leaf in (1, 4, 5):
+        path = []
+        node = leaf
+        while node >= 0:
+            path.insert(0, node)
+            node = parents[node]
+        sequential = fresh_logits(target, prefix + [nodes[i] for i in path])[-len(path):]
+        torch.testing.assert_close(tree[path], sequential, atol=ATOL, rtol=0)
+
+
+def test_keep_compacts_an_accepted_tree_path(target, tokens):
+    prefix = tokens[:60]
+    nodes, parents = [500, tokens[60], 501, tokens[61]], [-1, -1, 1, 1]
+    target.truncate(0)
+    target.forward(prefix)
+    target.forward(nodes, parents)
+    target.keep(len(prefix), [1, 3])  # the path tokens[60], tokens[61]
+    assert target.tokens == tokens[:62]
+    got = target.forward(tokens[62:70])
+    torch.testing.assert_close(got, fresh_logits(target, tokens[:70])[62:], atol=ATOL, rtol=0)

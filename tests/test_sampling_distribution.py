@@ -1,0 +1,87 @@
+"""Speculative sampling keeps the target's distribution (Leviathan et al. 2023, Theorem 1).
+
+A tiny random target and a different tiny random draft model; the empirical distribution of the
+first two sampled tokens is compared, by a chi-square test, with the exact distribution computed
+from the target alone. A negative control shows the test can fail: the draft's own distribution
+is rejected by the same test.
+"""
+import math
+
+import pytest
+import torch
+
+from engine.decoding import StopRules, generate_speculative
+from engine.drafters.draft_model import DraftModel
+from engine.drafters.prompt_lookup import PromptLookup
+from engine.sampling import Sampling, probabilities
+from tests.tiny_models import random_llama
+
+PROMPT = [1, 5, 2, 7, 1, 5]
+RUNS = 4000
+SAMPLING = Sampling(temperature=1.0)
+
+
+def chi_square_critical(df: int, z: float = 3.09) -> float:
+    """Wilson-Hilferty approximation of the chi-square quantile; z=3.09 is p=0.001."""
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def exact_pair_distribution(model, sampling: Sampling) -> torch.Tensor:
+    """P(first two sampled tokens) under the target alone: p(a) * p(b | a)."""
+    vocab = model.vocab_size
+    model.truncate(0)
+    first = probabilities(model.forward(PROMPT)[-1], sampling)
+    joint = torch.zeros(vocab, vocab)
+    for a in range(vocab):
+        model.truncate(len(PROMPT))
+        joint[a] = first[a] * probabilities(model.forward([a])[-1], sampling)
+    return joint
+
+
+def chi_square(counts: torch.Tensor, expected_p: torch.Tensor) -> tuple[float, int]:
+    expected = expected_p.flatten() * counts.sum()
+    keep = expected > 0
+    stat = float(((counts.flatten()[keep] - expected[keep]) ** 2 / expected[keep]).sum())
+    return stat, int(keep.sum()) - 1
+
+
+def sample_pairs(target, drafter) -> torch.Tensor:
+    vocab = target.vocab_size
+    counts = torch.zeros(vocab * vocab)
+    for seed in range(RUNS):
+        gen = generate_speculative(target, drafter, PROMPT, StopRules(max_new_tokens=2),
+                                   Sampling(temperature=1.0, seed=seed), k_max=4)
+        counts[gen.tokens[0] * vocab + gen.tokens[1]] += 1
+    return counts
+
+
+@pytest.fixture(scope="module")
+def models():
+    return random_llama(seed=1), random_llama(seed=2)
+
+
+def test_draft_model_sampling_matches_target(models):
+    target, draft = models
+    exact = exact_pair_distribution(target, SAMPLING)
+    stat, df = chi_square(sample_pairs(target, DraftModel(draft, min_confidence=0.0)), exact)
+    assert stat < chi_square_critical(df), f"chi2={stat:.1f} df={df}"
+
+
+def test_lookup_sampling_matches_target(models):
+    """A deterministic drafter (one-hot q) that is often wrong: rejections must be exact too."""
+    target, _ = models
+    lookup = PromptLookup(ngram_sizes=(1,))
+    lookup.set_document("doc", [5, 3, 3, 1, 5, 2, 7, 7, 0])
+    exact = exact_pair_distribution(target, SAMPLING)
+    stat, df = chi_square(sample_pairs(target, lookup), exact)
+    assert stat < chi_square_critical(df), f"chi2={stat:.1f} df={df}"
+
+
+def test_the_check_rejects_a_different_distribution(models):
+    """Negative control: the draft model's own pair distribution fails the same test."""
+    target, draft = models
+    exact = exact_pair_distribution(target, SAMPLING)
+    wrong = exact_pair_distribution(draft, SAMPLING)
+    counts = torch.distributions.Multinomial(RUNS, probs=wrong.flatten()).sample()
+    stat, df = chi_square(counts, exact)
+    assert stat > chi_square_critical(df)
