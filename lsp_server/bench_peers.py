@@ -1,0 +1,113 @@
+"""Other engines on the same weights and tasks: Hugging Face transformers and llama.cpp.
+
+Each peer is optional: it runs only when its library is importable. Each gets the same prompt
+token ids, greedy decoding, the same token limit and end-of-text tokens as our modes, and, like
+them, a prefilled prompt before the clock starts, so the timings compare decoding alone.
+"""
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from lsp_server.bench_report import Run
+
+PEER_MODES = ("hf-ar", "hf-lookup", "hf-assisted", "llamacpp")
+HF_LOOKUP_TOKENS = 10  # the value Hugging Face's documentation suggests
+_LIBRARY = {"hf-ar": "transformers", "hf-lookup": "transformers", "hf-assisted": "transformers",
+            "llamacpp": "llama_cpp"}
+_INSTALL = {"transformers": "pip install 'draftline[peers]' (transformers, accelerate)",
+            "llama_cpp": "pip install llama-cpp-python"}
+
+# (prompt ids, max new tokens) -> the timed run, less its task index and text
+Peer = Callable[[list[int], int], Run]
+
+
+class PeerUnavailable(Exception):
+    pass
+
+
+def check_peer(mode: str, model: Path, draft: Path | None) -> None:
+    """Raise PeerUnavailable with one clear sentence if `mode` cannot run here."""
+    library = _LIBRARY[mode]
+    if importlib.util.find_spec(library) is None:
+        raise PeerUnavailable(f"{mode} needs {library}, which is not installed: {_INSTALL[library]}")
+    if mode == "hf-assisted" and draft is None:
+        raise PeerUnavailable("hf-assisted needs an assistant model: give --draft")
+    if mode == "llamacpp" and model.suffix != ".gguf":
+        raise PeerUnavailable("llamacpp needs a .gguf model")
+
+
+def _hf_load(path: Path, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    if path.is_dir():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    else:  # dequantizes the GGUF, as our loader does
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    return model.eval()
+
+
+def _strip_eos(tokens: list[int], eos_ids: frozenset[int]) -> list[int]:
+    return tokens[:-1] if tokens and tokens[-1] in eos_ids else tokens
+
+
+def _hf_peer(model, eos_ids: frozenset[int], **generate_args) -> Peer:
+    passes = [0]
+    model.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
+
+    @torch.inference_mode()
+    def run(prompt: list[int], max_new_tokens: int) -> Run:
+        ids = torch.tensor([prompt])
+        cache = model(ids[:, :-1], use_cache=True).past_key_values  # the untimed prefill
+        passes[0] = 0
+        start = time.perf_counter()
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), cache=cache,
+                             max_new_tokens=max_new_tokens, do_sample=False, temperature=None,
+                             top_p=None, top_k=None, eos_token_id=sorted(eos_ids),
+                             pad_token_id=min(eos_ids), **generate_args)
+        ms = (time.perf_counter() - start) * 1000
+        new = out[0, len(prompt):].tolist()
+        return Run(-1, "", _strip_eos(new, eos_ids), "", ms, len(new), passes[0])
+
+    return run
+
+
+def _llamacpp_peer(path: Path, eos_ids: frozenset[int]) -> Peer:
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(path), n_ctx=4096, n_threads=torch.get_num_threads(), verbose=False)
+
+    def run(prompt: list[int], max_new_tokens: int) -> Run:
+        llm.reset()
+        llm.eval(prompt[:-1])  # the untimed prefill; generate() reuses it as a common prefix
+        new: list[int] = []
+        start = time.perf_counter()
+        for token in llm.generate(prompt, top_k=1, temp=0.0):
+            new.append(token)
+            if token in eos_ids or len(new) == max_new_tokens:
+                break
+        ms = (time.perf_counter() - start) * 1000
+        return Run(-1, "", _strip_eos(new, eos_ids), "", ms, len(new), len(new))
+
+    return run
+
+
+def load_peers(modes: list[str], model: Path, draft: Path | None, dtype: torch.dtype,
+               eos_ids: frozenset[int]) -> dict[str, Peer]:
+    """Load each requested peer once (its load is not timed); check_peer has passed for each."""
+    peers: dict[str, Peer] = {}
+    hf = _hf_load(model, dtype) if any(m.startswith("hf-") for m in modes) else None
+    for mode in modes:
+        if mode == "hf-ar":
+            peers[mode] = _hf_peer(hf, eos_ids)
+        elif mode == "hf-lookup":
+            peers[mode] = _hf_peer(hf, eos_ids, prompt_lookup_num_tokens=HF_LOOKUP_TOKENS)
+        elif mode == "hf-assisted":
+            peers[mode] = _hf_peer(hf, eos_ids, assistant_model=_hf_load(draft, dtype))
+        elif mode == "llamacpp":
+            peers[mode] = _llamacpp_peer(model, eos_ids)
+    return peers

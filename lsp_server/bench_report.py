@@ -1,0 +1,122 @@
+"""Benchmark numbers: per-run records in, a table, a JSON document and a latency plot out."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Run:
+    """One timed completion of one task in one mode."""
+
+    task: int
+    mode: str
+    tokens: list[int]  # the completion, without an end-of-text token
+    text: str
+    ms: float
+    emitted: int  # tokens the target produced, a final end-of-text token included
+    passes: int | None  # target forward passes (None: the peer does not say)
+    drafted: int | None = None
+    accepted: int | None = None
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.split("\n") if line.strip()), "")
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 4) if b else None
+
+
+def summarize_mode(runs: list[Run], ar: dict[int, Run], references: dict[int, str]) -> dict:
+    ms = np.array([r.ms for r in runs])
+    seconds = ms.sum() / 1000
+    passes = [r.passes for r in runs]
+    drafted = [r.drafted for r in runs]
+    out = {
+        "completions": len(runs),
+        "p50_ms": round(float(np.percentile(ms, 50)), 1),
+        "p95_ms": round(float(np.percentile(ms, 95)), 1),
+        "tokens_per_s": _ratio(sum(len(r.tokens) for r in runs), seconds),
+        "tokens_per_target_pass": None if None in passes else _ratio(sum(r.emitted for r in runs), sum(passes)),
+        "acceptance_rate": None if None in drafted else (
+            _ratio(sum(r.accepted for r in runs), sum(drafted)) or 0.0),
+        "speedup_vs_ar": _ratio(float(np.median([ar[r.task].ms for r in runs])), float(np.median(ms))),
+        "identical_to_ar": _ratio(sum(r.tokens == ar[r.task].tokens for r in runs), len(runs)),
+        "mean_new_tokens": _ratio(sum(len(r.tokens) for r in runs), len(runs)),
+        # How often the first line written is the one the file really has (a quality hint).
+        "first_line_correct": _ratio(
+            sum(_first_line(r.text) == _first_line(references[r.task]) for r in runs), len(runs)),
+    }
+    return out
+
+
+def summarize(runs: list[Run], tasks: dict[str, list[int]], references: dict[int, str],
+              modes: list[str], weight_bytes: int | None) -> dict:
+    """{workload: {"tasks": N, "modes": {mode: numbers}}}; tasks maps workload -> task ids."""
+    workloads = {}
+    for workload, ids in tasks.items():
+        chosen = set(ids)
+        mine = [r for r in runs if r.task in chosen]
+        ar = {r.task: r for r in mine if r.mode == "ar"}
+        per_mode = {m: summarize_mode([r for r in mine if r.mode == m], ar, references) for m in modes}
+        if weight_bytes:
+            ar_runs = [r for r in mine if r.mode == "ar"]
+            seconds = sum(r.ms for r in ar_runs) / 1000
+            per_mode["ar"]["bandwidth_gb_s"] = round(
+                weight_bytes * sum(r.passes for r in ar_runs) / seconds / 1e9, 2)
+        workloads[workload] = {"tasks": len(ids), "modes": per_mode}
+    return workloads
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    """`fmt` like "8.2f"; a missing value is a dash of the same width."""
+    return format("-", f">{fmt.split('.')[0]}") if value is None else format(value, fmt)
+
+
+def format_table(report: dict) -> str:
+    copy = report["machine"].get("copy_bandwidth_gb_s")
+    lines = []
+    header = (f"{'mode':<12}{'p50 ms':>9}{'p95 ms':>9}{'tok/s':>8}{'tok/pass':>10}{'accept':>8}"
+              f"{'speedup':>9}{'same as ar':>12}{'1st line ok':>13}")
+    for workload, data in report["workloads"].items():
+        lines += [f"\n{workload}: {data['tasks']} tasks, up to {report['settings']['max_new_tokens']} "
+                  f"new tokens, {report['model']['dtype']}", header]
+        for mode, m in data["modes"].items():
+            lines.append(
+                f"{mode:<12}{m['p50_ms']:>9.0f}{m['p95_ms']:>9.0f}{_cell(m['tokens_per_s'], '8.1f')}"
+                f"{_cell(m['tokens_per_target_pass'], '10.2f')}{_cell(m['acceptance_rate'], '8.2f')}"
+                f"{_cell(m['speedup_vs_ar'], '8.2f')}x{_cell(m['identical_to_ar'], '12.2f')}"
+                f"{_cell(m['first_line_correct'], '13.2f')}")
+        bandwidth = data["modes"]["ar"].get("bandwidth_gb_s")
+        if bandwidth and copy:
+            lines.append(f"ar reads the weights at {bandwidth:.1f} GB/s: {bandwidth / copy:.0%} of this "
+                         f"machine's measured copy rate ({copy:.1f} GB/s)")
+    return "\n".join(lines).lstrip("\n")
+
+
+def write_json(report: dict, path: Path) -> None:
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def plot(runs: list[Run], tasks: dict[str, list[int]], modes: list[str], path: Path) -> None:
+    """One panel per workload: the distribution of ms per completion for each mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
+    for ax, (workload, ids) in zip(axes[0], tasks.items()):
+        chosen = set(ids)
+        data = [[r.ms for r in runs if r.mode == m and r.task in chosen] for m in modes]
+        ax.boxplot(data, tick_labels=modes, showfliers=True)
+        ax.set_title(f"{workload} ({len(ids)} tasks)")
+        ax.set_ylabel("ms per completion")
+        ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

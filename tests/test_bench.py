@@ -1,0 +1,150 @@
+"""`lsp_server bench` end to end on a small fixture repository, with the real model in fp32
+(where speculative output must equal plain greedy token for token), plus its bad-input lines."""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import shutil
+from difflib import SequenceMatcher
+from pathlib import Path
+
+import pytest
+
+from lsp_server.bench_sources import find_sources
+from lsp_server.bench_tasks import build_tasks
+from lsp_server.cli import main
+
+FIXTURE = Path(__file__).parent / "fixtures" / "bench_repo"
+SOURCES = {"src/colors.js", "src/test_units.py", "src/units.py"}  # what git would not ignore
+TASKS = 3
+MODE_KEYS = {"p50_ms", "p95_ms", "tokens_per_s", "tokens_per_target_pass", "acceptance_rate",
+             "speedup_vs_ar", "identical_to_ar"}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    """The fixture plus a file that cannot be read (a dangling link)."""
+    copy = tmp_path_factory.mktemp("bench") / "repo"
+    shutil.copytree(FIXTURE, copy)
+    (copy / "src" / "vanished.py").symlink_to(copy / "src" / "no_such_file.py")
+    return copy
+
+
+def _bench(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["bench", *argv])
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def bench(repo, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("bench_out")
+    rc, stdout, stderr = _bench(
+        str(repo), "--tasks", str(TASKS), "--max-new-tokens", "12", "--dtype", "fp32",
+        "--threads", "2", "--seed", "1", "--modes", "lookup,hybrid",
+        "--json", str(out / "bench.json"), "--plot", str(out / "bench.png"))
+    return {"rc": rc, "stdout": stdout, "stderr": stderr,
+            "report": json.loads((out / "bench.json").read_text()), "plot": out / "bench.png"}
+
+
+def test_sources_respect_gitignore_and_skip_binary_and_unreadable_files(repo):
+    sources = find_sources([repo])
+    assert {f.path.relative_to(repo).as_posix() for f in sources.files} == SOURCES
+    assert sources.skipped == {"binary": 1, "unreadable": 1}
+    assert not any("do-not-index" in f.text for f in sources.files)
+
+
+def test_tasks_are_reproducible_and_cut_from_the_files(repo):
+    files = find_sources([repo]).files
+    for workload in ("fresh", "repetitive"):
+        tasks = build_tasks(files, workload, 5, seed=7)
+        assert len(tasks) == 5
+        assert tasks == build_tasks(files, workload, 5, seed=7)
+        assert tasks != build_tasks(files, workload, 5, seed=8)
+        for task in tasks:
+            text = task.path.read_text()
+            offset = sum(len(line) + 1 for line in text.split("\n")[:task.line]) + task.col
+            assert text[:offset].endswith(task.prefix) and task.prefix
+            assert text[offset:].startswith(task.reference) and task.reference.strip()
+
+
+def test_repetitive_tasks_continue_with_a_line_seen_before(repo):
+    files = find_sources([repo]).files
+    all_lines = [(f.path, i, line.strip()) for f in files for i, line in enumerate(f.text.split("\n"))]
+    for task in build_tasks(files, "repetitive", 10, seed=3):
+        assert task.reference.startswith("\n")  # the prompt ends before the line's newline
+        target = next(line.strip() for line in task.reference.split("\n") if line.strip())
+        seen_before = [text for path, i, text in all_lines
+                       if (path != task.path or i <= task.line) and text]
+        assert max(SequenceMatcher(None, target, s).ratio() for s in seen_before) >= 0.75, target
+
+
+def test_bench_writes_the_documented_json(bench):
+    assert bench["rc"] == 0
+    report = bench["report"]
+    assert {"model", "machine", "workloads"} <= report.keys()
+    assert report["model"]["dtype"] == "fp32"
+    assert report["settings"]["modes"] == ["ar", "lookup", "hybrid"]  # ar joins as the baseline
+    assert report["sources"] == {"files": 3, "skipped": {"binary": 1, "unreadable": 1}}
+    assert report["machine"]["copy_bandwidth_gb_s"] > 0
+    assert set(report["workloads"]) == {"fresh", "repetitive"}
+    for workload in report["workloads"].values():
+        assert workload["tasks"] == TASKS
+        assert set(workload["modes"]) == {"ar", "lookup", "hybrid"}
+        for mode in workload["modes"].values():
+            assert MODE_KEYS <= mode.keys()
+            assert mode["completions"] == TASKS
+            assert 0 < mode["p50_ms"] <= mode["p95_ms"]
+            assert 0.0 <= mode["acceptance_rate"] <= 1.0
+            assert mode["tokens_per_target_pass"] >= 1.0
+
+
+def test_bench_numbers_are_consistent(bench):
+    for workload in bench["report"]["workloads"].values():
+        modes = workload["modes"]
+        assert modes["ar"]["tokens_per_target_pass"] == 1.0
+        assert modes["ar"]["acceptance_rate"] == 0.0
+        assert modes["ar"]["speedup_vs_ar"] == 1.0
+        assert modes["ar"]["bandwidth_gb_s"] > 0
+        for mode in modes.values():  # fp32: exact speculative decoding equals greedy
+            assert mode["identical_to_ar"] == 1.0
+    repetitive = bench["report"]["workloads"]["repetitive"]["modes"]["lookup"]
+    assert repetitive["acceptance_rate"] > 0 and repetitive["tokens_per_target_pass"] > 1.0
+
+
+def test_bench_prints_a_table_progress_and_a_plot(bench):
+    for mode in ("ar", "lookup", "hybrid"):
+        assert f"\n{mode} " in bench["stdout"]
+    assert "fresh: 3 tasks" in bench["stdout"] and "repetitive: 3 tasks" in bench["stdout"]
+    assert "skipped 1 binary, 1 unreadable file(s)" in bench["stderr"]
+    assert f"{2 * TASKS * 3}/{2 * TASKS * 3}" in bench["stderr"]  # the progress bar's last step
+    assert bench["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--modes", "ar,warp"], "unknown mode 'warp'"),
+    (["--modes", "draft"], "mode 'draft' needs a draft model: give --draft"),
+    (["--tasks", "0"], "--tasks and --max-new-tokens must be at least 1"),
+])
+def test_bad_options_get_one_clear_line(repo, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        _bench(str(repo), *argv)
+    assert str(exit_.value.code).startswith(f"lsp_server bench: {message}")
+
+
+def test_no_source_files_is_an_error(tmp_path):
+    (tmp_path / "notes.txt").write_text("not code\n")
+    with pytest.raises(SystemExit) as exit_:
+        _bench(str(tmp_path))
+    assert str(exit_.value.code).startswith(f"lsp_server bench: no source files found under {tmp_path}")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is not None, reason="llama-cpp-python is installed")
+def test_a_named_peer_that_is_missing_is_an_error(repo):
+    with pytest.raises(SystemExit) as exit_:
+        _bench(str(repo), "--modes", "ar,llamacpp")
+    assert str(exit_.value.code) == ("lsp_server bench: llamacpp needs llama_cpp, which is not "
+                                     "installed: pip install llama-cpp-python")
