@@ -1,0 +1,227 @@
+"""End to end over stdio with pytest-lsp: one real `lsp_server --stdio` process (fp32
+embedded model) for the whole module."""
+import asyncio
+import os
+import sys
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from engine import Limits
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SERVER = [sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "2"]
+ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+# fp32 for exact greedy output; no time budget so the text does not depend on speed.
+OPTIONS = {"dtype": "fp32", "timeBudgetMs": 0, "maxTokens": 48}
+FIB = "def fibonacci(n):\n    if n <= 1:\n        return n\n    return "
+INVOKED = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)
+AUTO = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER, server_env=ENV),
+                    scope="module")
+async def client(lsp_client: LanguageClient):
+    statuses = lsp_client.statuses = []
+    lsp_client.feature("draftline/status")(lambda params: statuses.append(params))
+    result = await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), initialization_options=OPTIONS))
+    lsp_client.capabilities_result = result.capabilities
+    for _ in range(600):  # wait for the background model load
+        if (await stats(lsp_client))["state"] == "ready":
+            break
+        await asyncio.sleep(0.2)
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def stats(client: LanguageClient) -> dict:
+    return await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="draftline.stats"))
+
+
+def open_doc(client: LanguageClient, name: str, text: str) -> str:
+    uri = f"file:///tmp/draftline-test/{name}"
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+    return uri
+
+
+def close_doc(client: LanguageClient, uri: str) -> None:
+    client.text_document_did_close(types.DidCloseTextDocumentParams(
+        types.TextDocumentIdentifier(uri)))
+
+
+def inline_params(uri, line, character, context=AUTO):
+    return types.InlineCompletionParams(text_document=types.TextDocumentIdentifier(uri),
+                                        position=types.Position(line, character), context=context)
+
+
+def end_of(text: str) -> tuple[int, int]:
+    lines = text.split("\n")
+    return len(lines) - 1, len(lines[-1].encode("utf-16-le")) // 2
+
+
+async def test_capabilities_advertised(client: LanguageClient):
+    caps = client.capabilities_result
+    assert caps.inline_completion_provider is not None
+    assert caps.completion_provider is not None
+    assert caps.text_document_sync.change == types.TextDocumentSyncKind.Incremental
+    assert {"draftline.stats", "draftline.didAccept", "draftline.toggle",
+            "draftline.didShowCompletion", "draftline.didPartiallyAcceptCompletion"} <= set(
+        caps.execute_command_provider.commands)
+    assert [s.state for s in client.statuses][:1] == ["loading"]
+    assert any(s.state == "ready" for s in client.statuses)
+
+
+async def test_inline_matches_plain_greedy(client: LanguageClient, fp32_engine):
+    # Independent route: plain autoregressive greedy with the engine in this process.
+    expected = fp32_engine.complete(FIB, mode="ar", limits=Limits(max_new_tokens=48)).text
+    expected = expected.split("\n")[0].rstrip()
+    assert expected
+    uri = open_doc(client, "fib.py", FIB)
+    result = await client.text_document_inline_completion_async(inline_params(uri, *end_of(FIB)))
+    close_doc(client, uri)
+    item = result.items[0]
+    assert item.insert_text == "    return " + expected
+    assert item.range == types.Range(types.Position(3, 0), types.Position(3, 11))
+    assert item.command.command == "draftline.didAccept"
+    assert item.command.arguments[0]["text"] == expected
+
+
+async def test_incremental_change_then_completion_fallback(client: LanguageClient):
+    uri = open_doc(client, "inc.py", "import os\n")
+    # Type the fibonacci text through one incremental change after the first line.
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        [types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(1, 0), types.Position(1, 0)), text=FIB)]))
+    line, col = end_of("import os\n" + FIB)
+    inline = await client.text_document_inline_completion_async(inline_params(uri, line, col))
+    completion = await client.text_document_completion_async(types.CompletionParams(
+        types.TextDocumentIdentifier(uri), types.Position(line, col)))
+    close_doc(client, uri)
+    suggestion = inline.items[0].insert_text[len("    return "):]
+    assert inline.items[0].insert_text.startswith("    return ")  # the server saw the edit
+    item = completion.items[0]
+    assert item.insert_text == suggestion
+    assert item.label == suggestion.split("\n")[0]
+
+
+async def test_invoked_may_offer_alternatives(client: LanguageClient):
+    uri = open_doc(client, "alt.py", FIB)
+    result = await client.text_document_inline_completion_async(
+        inline_params(uri, *end_of(FIB), INVOKED))
+    close_doc(client, uri)
+    texts = [i.insert_text for i in result.items]
+    assert 1 <= len(texts) <= 2 and len(set(texts)) == len(texts)
+
+
+async def test_typed_through_answers_from_cache(client: LanguageClient):
+    uri = open_doc(client, "typed.py", FIB)
+    line, col = end_of(FIB)
+    first = await client.text_document_inline_completion_async(inline_params(uri, line, col))
+    suggestion = first.items[0].insert_text[col:]
+    assert len(suggestion) >= 2
+    before = await stats(client)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        [types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(line, col), types.Position(line, col)),
+            text=suggestion[0])]))
+    second = await client.text_document_inline_completion_async(inline_params(uri, line, col + 1))
+    after = await stats(client)
+    close_doc(client, uri)
+    assert second.items[0].insert_text == first.items[0].insert_text
+    assert after["cacheHits"] == before["cacheHits"] + 1
+    assert after["generated"] == before["generated"]
+
+
+async def test_cancel_request_returns_cancel_error_and_next_is_served(client: LanguageClient):
+    busy_uri = open_doc(client, "busy.py", FIB)
+    uri = open_doc(client, "cancel.py", FIB)
+    # The busy request occupies the single model thread, so the next one is still waiting
+    # when its $/cancelRequest arrives.
+    busy = client.text_document_inline_completion_async(inline_params(busy_uri, *end_of(FIB)))
+    pending = asyncio.ensure_future(client.protocol.send_request_async(  # a coroutine here
+        types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params(uri, *end_of(FIB)), msg_id="to-cancel"))
+    await asyncio.sleep(0.2)  # let both requests reach the server
+    client.protocol.notify("$/cancelRequest", types.CancelParams(id="to-cancel"))
+    with pytest.raises(JsonRpcException) as error:
+        await pending
+    assert error.value.code == types.LSPErrorCodes.RequestCancelled
+    assert (await busy) is not None
+    served = await client.text_document_inline_completion_async(inline_params(uri, *end_of(FIB)))
+    close_doc(client, uri)
+    close_doc(client, busy_uri)
+    assert served is not None and served.items[0].insert_text.startswith("    return ")
+
+
+async def test_new_request_cancels_previous_for_same_document(client: LanguageClient):
+    block = "class Stack:\n    def push(self, item):"
+    uri = open_doc(client, "prev.py", block)
+    before = await stats(client)
+    first = client.text_document_inline_completion_async(inline_params(uri, *end_of(block)))
+    second = client.text_document_inline_completion_async(inline_params(uri, *end_of(block)))
+    results = await asyncio.gather(first, second)
+    after = await stats(client)
+    close_doc(client, uri)
+    assert results[0] is None and results[1] is not None
+    assert after["cancelled"] == before["cancelled"] + 1
+    assert after["generated"] == before["generated"] + 1
+
+
+async def test_unknown_uri_and_out_of_range_positions_are_empty(client: LanguageClient):
+    assert await client.text_document_inline_completion_async(
+        inline_params("file:///nowhere/missing.py", 0, 0)) is None
+    uri = open_doc(client, "range.py", FIB)
+    for line, col in [(99, 0), (0, 999), (-0, 18)]:
+        assert await client.text_document_inline_completion_async(
+            inline_params(uri, line, col)) is None
+    served = await client.text_document_inline_completion_async(inline_params(uri, *end_of(FIB)))
+    close_doc(client, uri)
+    assert served is not None  # still serving
+
+
+async def test_emoji_positions_are_utf16(client: LanguageClient):
+    text = 'GREETING = "😀 hi 😀"\nprint(GREETING + '
+    uri = open_doc(client, "emoji.py", 'x = "😀😀"\n' + text)
+    line, col = end_of('x = "😀😀"\n' + text)
+    result = await client.text_document_inline_completion_async(inline_params(uri, line, col))
+    # Position 6 of line 0 in UTF-16 is between the two emoji; 5 is inside the first one.
+    inside_pair = await client.text_document_inline_completion_async(inline_params(uri, 0, 6))
+    close_doc(client, uri)
+    assert inside_pair is None
+    item = result.items[0]
+    assert item.insert_text.startswith("print(GREETING + ")
+    assert item.range.end == types.Position(line, col)
+
+
+async def test_accept_and_report_commands_count(client: LanguageClient):
+    before = await stats(client)
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="draftline.didAccept", arguments=[{"uri": "file:///x.py", "text": "abc"}]))
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="draftline.didShowCompletion", arguments=[{"uri": "file:///x.py", "text": "abc"}]))
+    with pytest.raises(JsonRpcException):
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="draftline.didAccept", arguments=["not an object"]))
+    after = await stats(client)
+    assert after["accepted"] == before["accepted"] + 1
+    assert after["shown"] == before["shown"] + 1
+
+
+async def test_toggle_disables_suggestions(client: LanguageClient):
+    uri = open_doc(client, "toggle.py", FIB)
+    off = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="draftline.toggle"))
+    disabled = await client.text_document_inline_completion_async(inline_params(uri, *end_of(FIB)))
+    on = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="draftline.toggle"))
+    close_doc(client, uri)
+    assert off == {"enabled": False} and on == {"enabled": True}
+    assert disabled is None
