@@ -5,7 +5,7 @@ from engine.backends.torch_llama import TorchLlama
 from engine.weights import LlamaConfig, LoadedWeights
 
 
-def random_llama(seed: int, vocab: int = 8, hidden: int = 32, layers: int = 2, scale: float = 0.4) -> TorchLlama:
+def random_weights(seed: int, vocab: int = 8, hidden: int = 32, layers: int = 2, scale: float = 0.4) -> LoadedWeights:
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
                          n_layers=layers, n_heads=4, n_kv_heads=2, rope_theta=10000.0,
                          rms_eps=1e-5, max_position=256, tie_embeddings=False)
@@ -20,4 +20,8 @@ def random_llama(seed: int, vocab: int = 8, hidden: int = 32, layers: int = 2, s
                    f"layers.{i}.w_down": (hidden, 2 * hidden)}
     tensors = {name: (torch.ones(shape) if len(shape) == 1 else torch.randn(shape, generator=g) * scale)
                for name, shape in shapes.items()}
-    return TorchLlama(LoadedWeights(config, tensors, source=None), dtype=torch.float32, max_len=256)
+    return LoadedWeights(config, tensors, source=None)
+
+
+def random_llama(seed: int, **sizes) -> TorchLlama:
+    return TorchLlama(random_weights(seed, **sizes), dtype=torch.float32, max_len=256)

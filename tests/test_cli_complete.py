@@ -1,0 +1,60 @@
+"""`lsp_server complete`: the suggestion, its JSON, and one clear error line for bad input."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import Limits
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "examples" / "shapes.py"
+ENV = os.environ | {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lsp_server.cli", "complete", *args],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_json_output_matches_the_engine(fp32_engine):
+    out = run_cli(str(SAMPLE), "--line", "24", "--col", "8", "--dtype", "fp32", "--mode", "lookup",
+                  "--max-new-tokens", "12", "--json", "--threads", "1")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert {"text", "new_tokens", "target_passes", "drafted", "accepted", "ms"} <= set(result)
+    lines = SAMPLE.read_text().split("\n")
+    prefix = "\n".join(lines[:24]) + "\n" + lines[24][:8]
+    expected = fp32_engine.complete(prefix, mode="ar", limits=Limits(max_new_tokens=12))
+    assert result["text"] == expected.text
+    assert result["target_passes"] <= result["new_tokens"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["missing.py", "--line", "0", "--col", "0"], "cannot read missing.py"),
+    ([str(SAMPLE), "--line", "999", "--col", "0"], "outside the file"),
+    ([str(SAMPLE), "--line", "1", "--col", "500"], "outside the file"),
+    ([str(SAMPLE), "--line", "3", "--col", "0", "--model", "/nonexistent/model.gguf"], "model not found"),
+])
+def test_bad_input_gives_one_clear_line(args, message):
+    out = run_cli(*args)
+    assert out.returncode != 0
+    assert out.stdout == ""
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_corrupt_model_file(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(os.urandom(256))
+    out = run_cli(str(SAMPLE), "--line", "3", "--col", "0", "--model", str(bad))
+    assert out.returncode != 0 and "not a valid GGUF" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_binary_file_is_refused(tmp_path):
+    binary = tmp_path / "blob.py"
+    binary.write_bytes(b"\x00\x01\x02binary")
+    out = run_cli(str(binary), "--line", "0", "--col", "0")
+    assert out.returncode != 0 and "looks binary" in out.stderr
