@@ -1,0 +1,61 @@
+"""The raw stdio stream: every byte the server writes to stdout is a framed JSON-RPC
+message; unparsable params get an error response; requests before the model is ready get
+an empty answer at once; shutdown/exit end the process cleanly."""
+import json
+import os
+import subprocess
+import sys
+
+ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+URI = "file:///tmp/draftline-raw/a.py"
+
+
+def frame(message: dict) -> bytes:
+    body = json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def parse_stream(data: bytes) -> list[dict]:
+    """Strict framing: fails on any byte that is not part of a message."""
+    messages = []
+    while data:
+        header, sep, rest = data.partition(b"\r\n\r\n")
+        fields = dict(line.split(b": ", 1) for line in header.split(b"\r\n"))
+        assert sep and set(fields) <= {b"Content-Length", b"Content-Type"}, data[:80]
+        length = int(fields[b"Content-Length"])
+        messages.append(json.loads(rest[:length]))
+        data = rest[length:]
+    return messages
+
+
+def inline(msg_id, trigger_kind: int) -> dict:
+    return {"jsonrpc": "2.0", "id": msg_id, "method": "textDocument/inlineCompletion",
+            "params": {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 17},
+                       "context": {"triggerKind": trigger_kind}}}
+
+
+def test_stdout_is_pure_protocol_and_bad_params_get_errors():
+    session = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}},
+        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+        {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": URI, "languageId": "python", "version": 1, "text": "def fibonacci(n):"}}},
+        inline(2, 2),  # the model is still loading: an empty answer, not a hang
+        inline(3, 0),  # triggerKind 0 does not exist: InvalidParams
+        {"jsonrpc": "2.0", "id": 4, "method": "textDocument/inlineCompletion", "params": 5},
+        {"jsonrpc": "2.0", "id": 5, "method": "workspace/executeCommand",
+         "params": {"command": "draftline.stats"}},  # still serving
+        {"jsonrpc": "2.0", "id": 6, "method": "shutdown"},
+        {"jsonrpc": "2.0", "method": "exit"},
+    ]
+    proc = subprocess.run([sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "1"],
+                          input=b"".join(frame(m) for m in session), capture_output=True,
+                          env=ENV, timeout=180)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    replies = {m["id"]: m for m in parse_stream(proc.stdout) if "id" in m}
+    assert replies[1]["result"]["capabilities"]["inlineCompletionProvider"] is not None
+    assert replies[2]["result"] is None
+    assert replies[3]["error"]["code"] == -32602
+    assert replies[4]["error"]["code"] == -32602
+    assert replies[5]["result"]["requests"] == 1  # the two malformed ones never ran
+    assert replies[6]["result"] is None
