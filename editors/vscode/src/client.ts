@@ -22,6 +22,12 @@ export function createClient(serverPath: string, languages: string[], settings: 
     ]),
     initializationOptions: settings,
     outputChannelName: 'Draftline',
+    middleware: {
+      // VS Code shows the inline completions; the server's completion-menu fallback is for editors
+      // without them. Asking both on each keystroke would double the work, and the server
+      // cancels a document's previous request, so one would cancel the other.
+      provideCompletionItem: () => [],
+    },
   };
   return new LanguageClient('draftline', 'Draftline', serverOptions, clientOptions);
 }

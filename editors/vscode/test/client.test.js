@@ -94,6 +94,17 @@ test('an opened document gets an inline completion, the same text the server sen
   assert.equal(afterAccept.accepted, before.accepted + 1);
 });
 
+test('the completion-menu fallback never reaches the server (inline completion covers it)', async () => {
+  const doc = fake.openDocument(path.join(REPO, 'scratch_vscode_menu.py'), 'python', 'import sys\n\nsys.')
+  const menu = fake.state.completionProviders.find((e) => vscode.languages.match(e.selector, doc));
+  assert.ok(menu, 'the client registered the server\'s completion provider');
+  const before = await stats();
+  const items = await menu.provider.provideCompletionItems(doc, new vscode.Position(2, 4),
+    new vscode.CancellationTokenSource().token, { triggerKind: 0 });
+  assert.deepEqual(items, []);
+  assert.equal((await stats()).requests, before.requests);
+});
+
 test('a cancelled request resolves empty and the server counts the cancellation', async () => {
   // Long multi-line suggestions keep the server busy long enough to be cancelled mid-generation.
   await fake.setConfig({ 'draftline.maxTokens': 64, 'draftline.multiline': 'always', 'draftline.timeBudgetMs': 60_000 });
