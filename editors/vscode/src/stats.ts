@@ -8,7 +8,7 @@ export interface Stats {
   cacheHits: number;
   accepted: number;
   shown: number;
-  acceptanceRate: number | null;
+  acceptanceRate: number | null; // drafted tokens the target accepted (speculative hit rate)
   p50Ms: number | null;
   p95Ms: number | null;
   lastLatencyMs: number | null;
@@ -21,7 +21,7 @@ export function formatStats(s: Stats): string {
   const rate = typeof s.acceptanceRate === 'number' ? `${Math.round(s.acceptanceRate * 100)}%` : 'n/a';
   return (
     `Draftline (${s.state}): ${s.requests} requests, ${s.generated} generated, ` +
-    `${s.accepted} accepted of ${s.shown} shown (${rate}), ${s.cancelled} cancelled, ` +
-    `${s.cacheHits} cache hits; latency p50 ${ms(s.p50Ms)}, p95 ${ms(s.p95Ms)}, last ${ms(s.lastLatencyMs)}`
+    `${s.accepted} accepted of ${s.shown} shown, ${s.cancelled} cancelled, ${s.cacheHits} cache hits; ` +
+    `draft tokens accepted ${rate}; latency p50 ${ms(s.p50Ms)}, p95 ${ms(s.p95Ms)}, last ${ms(s.lastLatencyMs)}`
   );
 }

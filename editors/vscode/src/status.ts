@@ -6,7 +6,7 @@ export interface ServerStatus {
   state: 'starting' | 'loading' | 'ready' | 'error' | 'disabled';
   message?: string;
   lastLatencyMs?: number | null;
-  acceptanceRate?: number | null;
+  acceptanceRate?: number | null; // drafted tokens the target accepted (speculative hit rate)
 }
 
 const ICONS: Record<ServerStatus['state'], string> = {
@@ -55,7 +55,8 @@ export class StatusBar implements vscode.Disposable {
   update(s: ServerStatus): void {
     this.current = s;
     this.item.text = statusText(s);
-    this.item.tooltip = s.message ? `Draftline: ${s.message}` : `Draftline: ${s.state}`;
+    const detail = s.state === 'ready' ? ' (last latency; share of drafted tokens the model accepted)' : '';
+    this.item.tooltip = `Draftline: ${s.message || s.state}${detail}`;
   }
 
   dispose(): void {

@@ -31,6 +31,6 @@ test('status text shows state, latency and acceptance', () => {
 test('stats text names every counter', () => {
   const text = formatStats({ requests: 7, generated: 5, cancelled: 2, cacheHits: 1, accepted: 3, shown: 4,
     acceptanceRate: 0.75, p50Ms: 80, p95Ms: 210.4, lastLatencyMs: null, state: 'ready' });
-  assert.equal(text, 'Draftline (ready): 7 requests, 5 generated, 3 accepted of 4 shown (75%), 2 cancelled, ' +
-    '1 cache hits; latency p50 80 ms, p95 210 ms, last n/a');
+  assert.equal(text, 'Draftline (ready): 7 requests, 5 generated, 3 accepted of 4 shown, 2 cancelled, ' +
+    '1 cache hits; draft tokens accepted 75%; latency p50 80 ms, p95 210 ms, last n/a');
 });

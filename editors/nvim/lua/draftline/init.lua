@@ -15,7 +15,8 @@ local function on_status(_, result)
   vim.cmd.redrawstatus({ bang = true, mods = { emsg_silent = true } })
 end
 
---- Statusline component: "Draftline ready 84ms 40%", "" before the server starts.
+--- Statusline component: "Draftline ready 84ms 40%" (last latency; drafted tokens the model
+--- accepted), "" before the server starts.
 function M.statusline()
   if not status then
     return ''
@@ -60,8 +61,8 @@ end
 function M.format_stats(s)
   local rate = type(s.acceptanceRate) == 'number' and string.format('%d%%', math.floor(s.acceptanceRate * 100 + 0.5)) or 'n/a'
   return string.format(
-    'Draftline (%s): %d requests, %d generated, %d accepted of %d shown (%s), %d cancelled, %d cache hits; latency p50 %s, p95 %s, last %s',
-    s.state, s.requests, s.generated, s.accepted, s.shown, rate, s.cancelled, s.cacheHits, ms(s.p50Ms), ms(s.p95Ms), ms(s.lastLatencyMs))
+    'Draftline (%s): %d requests, %d generated, %d accepted of %d shown, %d cancelled, %d cache hits; draft tokens accepted %s; latency p50 %s, p95 %s, last %s',
+    s.state, s.requests, s.generated, s.accepted, s.shown, s.cancelled, s.cacheHits, rate, ms(s.p50Ms), ms(s.p95Ms), ms(s.lastLatencyMs))
 end
 
 local subcommands = {
