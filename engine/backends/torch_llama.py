@@ -143,10 +143,8 @@ class TorchLlama(Backend):
             q = q * cos + _rotate_half(q) * sin
             self.k_cache[i, :, start:end] = k * cos + _rotate_half(k) * sin
             self.v_cache[i, :, start:end] = v.view(n, nkv, hd).transpose(0, 1)
-            attn = F.scaled_dot_product_attention(
-                q[None], self.k_cache[i, None, :, :end], self.v_cache[i, None, :, :end],
-                attn_mask=mask, enable_gqa=True)[0]
-            x = x + F.linear(attn.transpose(0, 1).reshape(n, nh * hd), layer.wo)
+            attn = self._attention(q, self.k_cache[i, :, :end], self.v_cache[i, :, :end], mask)
+            x = x + F.linear(attn, layer.wo)
             h = rms_norm(x, layer.ffn_norm, c.rms_eps)
             gate, up = F.linear(h, layer.w_gate_up).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer.w_down)
@@ -159,6 +157,20 @@ class TorchLlama(Backend):
         full = torch.full((n, self.vocab_size), float("-inf"), device=dev)
         full[:, self.head_rows] = out
         return full
+
+    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   mask: torch.Tensor | None) -> torch.Tensor:
+        """Grouped-query attention as two batched matmuls over the KV heads, with no copies of
+        K/V per query head. (torch's CPU SDPA kernel was a quarter of a one-token pass.)
+        q: [heads, n, d]; k, v: [kv_heads, len, d]; returns [n, heads * d]."""
+        nh, n, hd = q.shape
+        nkv = k.shape[0]
+        q = q.reshape(nkv, nh // nkv * n, hd)  # the query heads sharing a KV head, stacked
+        scores = (q @ k.transpose(1, 2)).float() * hd ** -0.5
+        if mask is not None:
+            scores = scores.view(nkv, nh // nkv, n, -1).masked_fill(~mask, float("-inf"))
+        probs = scores.softmax(-1).to(v.dtype).view(nkv, nh // nkv * n, -1)
+        return (probs @ v).view(nh, n, hd).transpose(0, 1).reshape(n, nh * hd)
 
     def truncate(self, n: int) -> None:
         del self.tokens[n:]
