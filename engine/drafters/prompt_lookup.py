@@ -66,12 +66,13 @@ class PromptLookup:
         ctx = np.asarray(context[-self.context_window:], dtype=np.int64)
         found: list[list[int]] = []
         for n in self.ngram_sizes:
-            if len(ctx) <= n:
+            if len(ctx) < n:
                 continue
             key = ctx[-n:]
-            windows = sliding_window_view(ctx[:-1], n)
-            for start in np.flatnonzero((windows == key).all(axis=1))[::-1]:
-                self._add(found, ctx[start + n:start + n + k].tolist(), limit)
+            if len(ctx) > n:
+                windows = sliding_window_view(ctx[:-1], n)
+                for start in np.flatnonzero((windows == key).all(axis=1))[::-1]:
+                    self._add(found, ctx[start + n:start + n + k].tolist(), limit)
             with self._lock:
                 hit = self._index.get(tuple(key.tolist()))
                 if hit and self._valid(tuple(key.tolist()), *hit):
