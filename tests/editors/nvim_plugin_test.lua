@@ -1,6 +1,6 @@
 -- Headless Neovim test of the Draftline plugin against the real server: type into a Python buffer,
--- see the ghost text, accept a word and then all of it, and check the buffer against what the
--- server itself answers for the same position. Exit code 0 = pass; failures go to stderr.
+-- see the ghost text, accept a word and then all of it, then a multi-line suggestion; check the
+-- ghost text and the buffer against what the server itself answers for the same position. Exit code 0 = pass; failures go to stderr.
 -- Run: nvim --headless -u tests/editors/minimal_init.lua -c 'luafile tests/editors/nvim_plugin_test.lua'
 local draftline = require('draftline')
 local TIMEOUT_MS = 150000
@@ -133,7 +133,21 @@ local function run()
   wait_until('the rest to be inserted', function() return buffer_text(bufnr) == before .. expected end, 30000)
   wait_until('the server to count the acceptances', function() return stats(bufnr).accepted >= stats0.accepted + 2 end, 10000)
 
-  -- With no suggestion <Tab> is still a tab.
+  vim.cmd('stopinsert')
+  wait_until('normal mode', function() return vim.api.nvim_get_mode().mode == 'n' end)
+
+  -- A line that opens a block gets a multi-line suggestion (ghost text on virtual lines).
+  vim.api.nvim_buf_set_lines(bufnr, -1, -1, true, { '', '', 'def circumference(radius)' })
+  vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(bufnr), 0 })
+  feed('A:')
+  wait_until('the typed colon', function() return vim.api.nvim_get_current_line() == 'def circumference(radius):' end)
+  wait_until('multi-line ghost text', function() return ghost_text(bufnr):find('\n') ~= nil end)
+  local block_shown, block_before = ghost_text(bufnr), buffer_text(bufnr)
+  local block = server_suggestion(bufnr)
+  log('block suggestion: ' .. vim.inspect(block_shown))
+  check(block_shown == block, 'multi-line ghost text ' .. vim.inspect(block_shown) .. ' is the server text ' .. vim.inspect(block))
+  feed('<Tab>')
+  wait_until('the block to be inserted', function() return buffer_text(bufnr) == block_before .. block end, 30000)
   vim.cmd('stopinsert')
   wait_until('normal mode', function() return vim.api.nvim_get_mode().mode == 'n' end)
   local c = vim.api.nvim_get_commands({})['Draftline']
