@@ -59,10 +59,11 @@ class _Output:
                 self.stop_reason = "stop"
 
     def interrupted(self) -> bool:
-        """Cancellation and the deadline are checked between passes."""
+        """Cancellation and the deadline are checked between passes. The deadline only cuts
+        once something was generated: a slow prefill must not turn into an empty answer."""
         if self.rules.cancel is not None and self.rules.cancel.is_set():
             self.stop_reason = "cancelled"
-        elif self.rules.deadline is not None and time.monotonic() >= self.rules.deadline:
+        elif self.rules.deadline is not None and self.tokens and time.monotonic() >= self.rules.deadline:
             self.stop_reason = "deadline"
         return bool(self.stop_reason)
 
@@ -124,15 +125,22 @@ def _heal(target: Backend, current: int, healing: Healing | None, out: _Output, 
     return current
 
 
+def _begin(target: Backend, prompt: Sequence[int], rules: StopRules, sampling: Sampling,
+           healing: Healing | None) -> tuple[_Output, int, torch.Generator]:
+    """The start both loops share: prefill, then heal. Returns the output so far, the current
+    token (not yet in the cache) and the random generator."""
+    out = _Output(rules, Stats())
+    generator = sampling.generator()
+    current = _prefill(target, prompt, out.stats)
+    return out, _heal(target, current, healing, out, sampling, generator), generator
+
+
 def generate_autoregressive(target: Backend, prompt: Sequence[int], rules: StopRules,
                             sampling: Sampling = Sampling(), healing: Healing | None = None) -> Generation:
     """The baseline: one target pass per token."""
     start = time.perf_counter()
-    stats = Stats()
-    generator = sampling.generator()
-    current = _prefill(target, prompt, stats)
-    out = _Output(rules, stats)
-    current = _heal(target, current, healing, out, sampling, generator)
+    out, current, generator = _begin(target, prompt, rules, sampling, healing)
+    stats = out.stats
     while not out.done:
         t = time.perf_counter()
         current = _pick(target.forward([current])[-1], sampling, generator)
@@ -216,11 +224,8 @@ def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int
                          healing: Healing | None = None) -> Generation:
     """Draft, verify in one target pass, keep the accepted prefix plus the target's next token."""
     start = time.perf_counter()
-    stats = Stats()
-    generator = sampling.generator()
-    current = _prefill(target, prompt, stats)
-    out = _Output(rules, stats)
-    current = _heal(target, current, healing, out, sampling, generator)
+    out, current, generator = _begin(target, prompt, rules, sampling, healing)
+    stats = out.stats
     draft_length = DraftLength(k_max)
     use_tree = target.supports_tree and sampling.greedy
     while not out.done:
