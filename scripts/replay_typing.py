@@ -1,0 +1,126 @@
+"""Latency replay: type a real file into `lsp_server --stdio` character by character, like
+an editor (didChange + inlineCompletion per keystroke, single-line, model warm), and report
+per-request latency and what the server did (generated / typed-through / cancelled).
+
+  .venv/bin/python scripts/replay_typing.py engine/decoding.py --lines 40:70 --interval-ms 120
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+class Client:
+    def __init__(self, cmd: list[str]):
+        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.replies: dict[int, tuple[float, dict]] = {}
+        self.cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        out = self.proc.stdout
+        while header := out.readline():
+            if header.startswith(b"Content-Length:"):
+                length = int(header.split(b":")[1])
+                while out.readline() not in (b"\r\n", b""):
+                    pass
+                message = json.loads(out.read(length))
+                if "id" in message:
+                    with self.cond:
+                        self.replies[message["id"]] = (time.perf_counter(), message)
+                        self.cond.notify_all()
+
+    def send(self, message: dict) -> None:
+        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.proc.stdin.flush()
+
+    def wait(self, msg_id: int, timeout: float = 300) -> dict:
+        with self.cond:
+            self.cond.wait_for(lambda: msg_id in self.replies, timeout)
+        return self.replies[msg_id][1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("file", type=Path)
+    ap.add_argument("--lines", default="40:60", help="0-based line range to type, a:b")
+    ap.add_argument("--interval-ms", type=float, default=120, help="time between keystrokes")
+    ap.add_argument("--sequential", action="store_true",
+                    help="wait for each answer before the next keystroke (no cancellations)")
+    ap.add_argument("--mode", default="hybrid")
+    ap.add_argument("--dtype", default=None)
+    args = ap.parse_args()
+    text = args.file.read_text()
+    lines = text.split("\n")
+    first, last = (int(x) for x in args.lines.split(":"))
+    client = Client([sys.executable, "-m", "lsp_server.cli", "--stdio"])
+    uri = args.file.resolve().as_uri()
+    options = {"mode": args.mode, "dtype": args.dtype, "multiline": "never"}
+    client.send({"id": 0, "method": "initialize", "params": {"capabilities": {},
+                 "initializationOptions": options}})
+    client.wait(0)
+    client.send({"method": "initialized", "params": {}})
+    doc = "\n".join(lines[:first]) + "\n"
+    client.send({"method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": uri, "languageId": "python", "version": 1, "text": doc}}})
+    msg_id, version = 1, 1
+    while True:  # wait for the model, then warm up once
+        client.send({"id": msg_id, "method": "workspace/executeCommand",
+                     "params": {"command": "draftline.stats"}})
+        if client.wait(msg_id)["result"]["state"] == "ready":
+            break
+        msg_id += 1
+        time.sleep(0.5)
+
+    def request(line: int, col: int) -> int:
+        nonlocal msg_id
+        msg_id += 1
+        client.send({"id": msg_id, "method": "textDocument/inlineCompletion", "params": {
+            "textDocument": {"uri": uri}, "position": {"line": line, "character": col},
+            "context": {"triggerKind": 2}}})
+        return msg_id
+
+    client.wait(request(first, 0))
+    sent: dict[int, float] = {}
+    for line in range(first, last):
+        for col, ch in enumerate(lines[line] + "\n"):
+            version += 1
+            client.send({"method": "textDocument/didChange", "params": {
+                "textDocument": {"uri": uri, "version": version}, "contentChanges": [{
+                    "range": {"start": {"line": line, "character": col},
+                              "end": {"line": line, "character": col}}, "text": ch}]}})
+            if ch != "\n":
+                sent[i := request(line, col + 1)] = time.perf_counter()
+                if args.sequential:
+                    client.wait(i)
+            time.sleep(args.interval_ms / 1000)
+    for i in sent:
+        client.wait(i)
+    latencies = sorted((client.replies[i][0] - t) * 1000 for i, t in sent.items())
+    msg_id += 1
+    client.send({"id": msg_id, "method": "workspace/executeCommand",
+                 "params": {"command": "draftline.stats"}})
+    stats = client.wait(msg_id)["result"]
+    client.send({"id": msg_id + 1, "method": "shutdown"})
+    client.wait(msg_id + 1)
+    client.send({"method": "exit"})
+    client.proc.wait(30)
+    q = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))]  # noqa: E731
+    print(json.dumps({"keystrokes": len(latencies), "p50_ms_all": round(q(0.5), 1),
+                      "p95_ms_all": round(q(0.95), 1),
+                      "mean_ms_all": round(statistics.mean(latencies), 1),
+                      "server": stats}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
