@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from engine import Engine, EngineError, Sampling
+from engine.stdout_guard import claim_stdout
 from lsp_server import context, suggest
 from lsp_server.metrics import Metrics
 from lsp_server.protocol import AnsweringProtocol
@@ -299,17 +299,14 @@ def toggle(ls: DraftlineServer, *args) -> dict:
 
 
 def serve_stdio(args: argparse.Namespace) -> int:
-    """Serve LSP on stdio; the command line's model options are the settings' defaults. fd 1 is kept for the protocol alone: the real stdout is
-    duplicated for pygls and fd 1 now points at stderr, so stray prints (ours, a library's,
-    or C code's) cannot corrupt the stream."""
+    """Serve LSP on stdio; the command line's model options are the settings' defaults.
+    The real stdout is kept for the protocol alone and fd 1 points at stderr, so stray prints
+    (ours, a library's, or C code's) cannot corrupt the stream."""
     server.settings = Settings(model=args.model, draft=args.draft, dtype=args.dtype,
                                backend=args.backend)
     server.threads = args.threads
     logging.getLogger("pygls").setLevel(logging.WARNING)  # not every message on stderr
-    protocol_out = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    server.start_io(sys.stdin.buffer, protocol_out)
+    server.start_io(sys.stdin.buffer, claim_stdout())
     server.scheduler.shutdown()
     if server.index is not None:
         server.index.stop()
