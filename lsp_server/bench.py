@@ -20,9 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine import Engine, EngineError, Limits
+from engine.models import DTYPES, default_dtype, resolve
 from lsp_server.bench_peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
 from lsp_server.bench_report import Run, format_table, plot, summarize, write_json
-from lsp_server.bench_sources import SOURCE_SUFFIXES, find_sources
+from lsp_server.bench_sources import SOURCE_SUFFIXES, SourceFile, Sources, find_sources
 from lsp_server.bench_tasks import WORKLOADS, Task, build_tasks, prompt_tokens
 from lsp_server.options import add_model_arguments
 
@@ -43,8 +45,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per completion (default 48)")
     p.add_argument("--seed", type=int, default=0, help="picks the cursor positions (default 0)")
     p.add_argument("--workload", choices=(*WORKLOADS, "all"), default="all")
-    p.add_argument("--context-chars", type=int, default=4096,
-                   help="characters of the file before the cursor in each prompt (default 4096)")
+    p.add_argument("--context-chars", type=int, default=2048,
+                   help="characters of the file before the cursor in each prompt (default 2048)")
     p.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     p.add_argument("--plot", type=Path, default=None, help="draw latency per mode to this .png")
 
@@ -87,7 +89,7 @@ def _available_modes(args: argparse.Namespace, model_path: Path) -> list[str]:
     return kept
 
 
-def _tasks(args: argparse.Namespace) -> tuple[list[Task], dict[str, list[int]], list]:
+def _tasks(args: argparse.Namespace) -> tuple[list[Task], dict[str, list[int]], Sources]:
     sources = find_sources(args.paths)
     if sources.skipped:
         _say("skipped " + ", ".join(f"{n} {why}" for why, n in sorted(sources.skipped.items()))
@@ -152,7 +154,7 @@ class _Documents:
     """The run's other files as prompt-lookup documents, as the server has the open files.
     The task's own file is left out: its text after the cursor is what we ask for."""
 
-    def __init__(self, engine, sources: list):
+    def __init__(self, engine: Engine, sources: list[SourceFile]):
         self.engine = engine
         self.tokens = {str(s.path): engine.tokenizer.encode(s.text) for s in sources}
         for doc_id, tokens in self.tokens.items():
@@ -166,9 +168,7 @@ class _Documents:
         self.engine.lookup.remove_document(self.hidden)
 
 
-def _engine_run(engine, mode: str, prompt: list[int], max_new_tokens: int) -> Run:
-    from engine import Limits
-
+def _engine_run(engine: Engine, mode: str, prompt: list[int], max_new_tokens: int) -> Run:
     engine.target.sync(prompt[:-1])  # the untimed prefill
     start = time.perf_counter()
     result = engine.complete(prompt, mode=mode, limits=Limits(max_new_tokens=max_new_tokens))
@@ -179,9 +179,6 @@ def _engine_run(engine, mode: str, prompt: list[int], max_new_tokens: int) -> Ru
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine import Engine, EngineError
-    from engine.models import DTYPES, default_dtype, resolve
-
     if args.tasks < 1 or args.max_new_tokens < 1:
         raise _fail("--tasks and --max-new-tokens must be at least 1")
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:

@@ -36,7 +36,7 @@ def summarize_mode(runs: list[Run], ar: dict[int, Run], references: dict[int, st
     seconds = ms.sum() / 1000
     passes = [r.passes for r in runs]
     drafted = [r.drafted for r in runs]
-    out = {
+    return {
         "completions": len(runs),
         "p50_ms": round(float(np.percentile(ms, 50)), 1),
         "p95_ms": round(float(np.percentile(ms, 95)), 1),
@@ -51,7 +51,6 @@ def summarize_mode(runs: list[Run], ar: dict[int, Run], references: dict[int, st
         "first_line_correct": _ratio(
             sum(_first_line(r.text) == _first_line(references[r.task]) for r in runs), len(runs)),
     }
-    return out
 
 
 def summarize(runs: list[Run], tasks: dict[str, list[int]], references: dict[int, str],

@@ -110,7 +110,7 @@ class _Duplicates:
 
 
 def build_tasks(sources: list[SourceFile], workload: str, count: int, seed: int,
-                context_chars: int = 4096) -> list[Task]:
+                context_chars: int = 2048) -> list[Task]:
     """Up to `count` tasks of one workload; the same seed and files give the same tasks."""
     if workload not in WORKLOADS:
         raise ValueError(f"unknown workload {workload!r} (choose from {', '.join(WORKLOADS)})")
