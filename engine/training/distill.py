@@ -3,7 +3,9 @@
     OMP_WAIT_POLICY=PASSIVE python -m engine.training.distill --out engine/data/draft-smollm2
 
 Labels are the target's own next-token distributions (bf16, computed on the fly, restricted to
-the draft's vocabulary), so the draft learns to agree with the target, not with the text.
+the draft's vocabulary), so the draft learns to agree with the target. A target pass costs about
+four draft training passes, so each step also trains on plain text (next-token cross-entropy):
+more tokens for the same time.
 Seeded and resumable: the work folder keeps the tokenized corpus and a checkpoint.
 """
 from __future__ import annotations
@@ -33,14 +35,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="folder for model.safetensors + config.json")
     p.add_argument("--work", type=Path, default=Path("/tmp/draft-work"), help="corpus cache and checkpoint")
-    p.add_argument("--layers", default="0,1,29", help="target layers the draft's layers start from")
+    p.add_argument("--layers", default="0,1", help="target layers the draft's layers start from")
     p.add_argument("--vocab", type=int, default=8192, help="output vocabulary: most frequent tokens")
     p.add_argument("--chunk", type=int, default=512)
-    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--batch", type=int, default=1, help="chunks per step labelled by the target")
+    p.add_argument("--text-chunks", type=int, default=3,
+                   help="extra chunks per step trained on the text's next token (no target pass)")
     p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--eval-every", type=int, default=25)
+    p.add_argument("--eval-every", type=int, default=20)
     p.add_argument("--eval-chunks", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
@@ -141,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     log(f"corpus: {len(train)} training / {len(held)} held-out tokens; "
         f"{args.vocab}-token vocabulary covers {coverage:.1%} of held-out tokens")
 
+    row_of = torch.full((weights.config.vocab_size,), -100, dtype=torch.long)
+    row_of[head_rows] = torch.arange(len(head_rows))
     init_layers = [int(i) for i in args.layers.split(",")]
     net = DraftNet(weights.config, weights.tensors, init_layers, head_rows)
     opt = torch.optim.AdamW(net.params.values(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -164,33 +170,37 @@ def main(argv: list[str] | None = None) -> None:
     meta = {"target": path.name, "hidden_size": weights.config.hidden_size,
             "vocab_size": weights.config.vocab_size, "n_layers": len(init_layers),
             "init_layers": init_layers, "head_rows": args.vocab, "chunk": args.chunk,
-            "batch": args.batch, "steps": args.steps, "lr": args.lr, "seed": args.seed,
+            "batch": args.batch, "text_chunks": args.text_chunks, "steps": args.steps, "lr": args.lr, "seed": args.seed,
             "data": "CPython 3.11 standard library (PSF License), files held out by path hash"}
     while step < args.steps:
         t0 = time.monotonic()
-        offs = [starts[(step * args.batch + i) % len(starts)] for i in range(args.batch)]
-        ids = to_chunks(train, offs)
-        teacher_logp, _ = teacher(target, ids, head_rows)
+        per_step = args.batch + args.text_chunks
+        ids = to_chunks(train, [starts[(step * per_step + i) % len(starts)] for i in range(per_step)])
+        teacher_logp, _ = teacher(target, ids[:args.batch], head_rows)
         t1 = time.monotonic()
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = net(ids)
-        student_logp = F.log_softmax(logits.float(), -1)
+            logits = net(ids).float()
+        student_logp = F.log_softmax(logits[:args.batch], -1)
         loss = F.kl_div(student_logp, teacher_logp, log_target=True, reduction="none").sum(-1).mean()
+        if args.text_chunks:
+            labels = row_of[ids[args.batch:, 1:]]  # -100 where the next token is outside head_rows
+            loss = loss + F.cross_entropy(logits[args.batch:, :-1].flatten(0, 1), labels.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.params.values(), 1.0)
         opt.step()
         step += 1
-        log(f"step {step}/{args.steps} kl {loss.item():.4f} lr {lr_at(step - 1, args):.2e} "
+        log(f"step {step}/{args.steps} loss {loss.item():.4f} lr {lr_at(step - 1, args):.2e} "
             f"teacher {t1 - t0:.1f}s student {time.monotonic() - t1:.1f}s "
             f"elapsed {(time.monotonic() - started) / 60:.1f} min")
         if step % args.eval_every == 0 or step == args.steps:
             log(f"agreement at step {step}: {agreement(net, eval_ids, eval_top, head_rows):.4f}")
             save_checkpoint(ckpt, net, opt, step)
             export(args.out, net, head_rows, meta | {"trained_steps": step,
-                                                     "tokens_seen": step * args.batch * args.chunk})
+                                                     "target_labelled_tokens": step * args.batch * args.chunk,
+                                                     "text_tokens": step * args.text_chunks * args.chunk})
     log(f"done in {(time.monotonic() - started) / 60:.1f} min")
 
 
