@@ -38,4 +38,4 @@ def load_embedded_draft(target: Backend, folder: Path = EMBEDDED_DRAFT_DIR) -> T
     tensors["embed"] = target.embed  # shared, not copied: same dtype and device
     weights = LoadedWeights(replace(c, n_layers=meta["n_layers"]), tensors, folder)
     return TorchLlama(weights, target.dtype, max_len=target.max_len, device=str(target.device),
-                      head_rows=head_rows)
+                      head_rows=head_rows, int8=target.int8)

