@@ -85,7 +85,7 @@ def _available_modes(args: argparse.Namespace, model_path: Path) -> list[str]:
         except PeerUnavailable as exc:
             if named:
                 raise _fail(str(exc)) from None
-            _say(f"skipping {exc}")
+            _say(f"skipping a peer: {exc}")
     return kept
 
 

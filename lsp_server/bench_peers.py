@@ -35,8 +35,9 @@ def check_peer(mode: str, model: Path, draft: Path | None) -> None:
     library = _LIBRARY[mode]
     if importlib.util.find_spec(library) is None:
         raise PeerUnavailable(f"{mode} needs {library}, which is not installed: {_INSTALL[library]}")
-    if mode == "hf-assisted" and draft is None:
-        raise PeerUnavailable("hf-assisted needs an assistant model: give --draft")
+    if mode == "hf-assisted" and (draft is None or not draft.exists()):
+        raise PeerUnavailable("hf-assisted needs an assistant model that transformers can load: "
+                              "give --draft a .gguf file or a model folder")
     if mode == "llamacpp" and model.suffix != ".gguf":
         raise PeerUnavailable("llamacpp needs a .gguf model")
 

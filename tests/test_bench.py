@@ -148,3 +148,16 @@ def test_a_named_peer_that_is_missing_is_an_error(repo):
         _bench(str(repo), "--modes", "ar,llamacpp")
     assert str(exit_.value.code) == ("lsp_server bench: llamacpp needs llama_cpp, which is not "
                                      "installed: pip install llama-cpp-python")
+
+
+def test_default_modes_skip_peers_that_cannot_run_with_one_line_each(capsys):
+    from argparse import Namespace
+
+    from lsp_server.bench import _available_modes
+
+    modes = _available_modes(Namespace(modes=None, draft=None), Path("model.gguf"))
+    assert modes[:3] == ["ar", "lookup", "hybrid"] and "hf-assisted" not in modes
+    err = capsys.readouterr().err
+    assert "lsp_server bench: skipping a peer: hf-assisted needs" in err
+    assert ("llamacpp" in modes) == (importlib.util.find_spec("llama_cpp") is not None)
+    assert err.count("\n") == 4 - len(modes[3:])  # one line per skipped peer
