@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.backends.base import Backend
+from engine.draft_length import DraftLength
 from engine.drafters.base import Draft, Drafter
 from engine.healing import Healer
 from engine.sampling import Sampling, draw, probabilities
@@ -157,32 +158,6 @@ def _finish(out: _Output, stats: Stats, start: float) -> Generation:
     return Generation(out.tokens, stats)
 
 
-class DraftLength:
-    """Adaptive k: grow by 2 after a fully accepted draft, shrink by 1 after a rejection.
-
-    While recent acceptance is near zero, drafting pauses (k = 0) and probes again every few
-    passes, so a drafter that keeps missing does not make every verification pass longer."""
-
-    def __init__(self, k_max: int, k_start: int = 4, pause_below: float = 0.1, probe_every: int = 4):
-        self.k_max, self.k = k_max, min(k_start, k_max)
-        self.pause_below, self.probe_every = pause_below, probe_every
-        self.recent = 1.0  # exponential average of the acceptance rate
-        self.paused_for = 0
-
-    def next(self) -> int:
-        if self.recent < self.pause_below and self.paused_for < self.probe_every:
-            self.paused_for += 1
-            return 0
-        self.paused_for = 0
-        return self.k
-
-    def update(self, drafted: int, accepted: int) -> None:
-        if drafted == 0:
-            return
-        self.recent = 0.7 * self.recent + 0.3 * accepted / drafted
-        self.k = min(self.k + 2, self.k_max) if accepted == drafted else max(1, self.k - 1)
-
-
 def verify_greedy(draft: Draft, logits: torch.Tensor) -> tuple[list[int], int]:
     """Walk the tree from the root, following the child that equals the target's argmax.
 
@@ -221,12 +196,13 @@ def verify_sampling(draft: Draft, logits: torch.Tensor, sampling: Sampling,
 
 def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int], rules: StopRules,
                          sampling: Sampling = Sampling(), k_max: int = 8,
-                         healing: Healing | None = None) -> Generation:
+                         healing: Healing | None = None,
+                         pass_cost: Sequence[float] | None = None) -> Generation:
     """Draft, verify in one target pass, keep the accepted prefix plus the target's next token."""
     start = time.perf_counter()
     out, current, generator = _begin(target, prompt, rules, sampling, healing)
     stats = out.stats
-    draft_length = DraftLength(k_max)
+    draft_length = DraftLength(k_max, pass_cost)
     use_tree = target.supports_tree and sampling.greedy
     while not out.done:
         k = min(draft_length.next(), rules.max_new_tokens - len(out.tokens))

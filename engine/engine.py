@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.backends.base import Backend
+from engine.draft_length import measure_pass_costs
 from engine.decoding import Healing, StopRules, generate_autoregressive, generate_speculative
 from engine.draft_loading import load_embedded_draft
 from engine.drafters.draft_model import DraftModel
@@ -55,12 +56,13 @@ class Engine:
     set from any thread."""
 
     def __init__(self, target: Backend, tokenizer: Tokenizer, draft: Backend | None = None,
-                 k_max: int = 8):
+                 k_max: int = 12, pass_cost: list[float] | None = None):
         self.target = target
         self.tokenizer = tokenizer
         self.lookup = PromptLookup()
         self.draft_model = DraftModel(draft) if draft is not None else None
         self.k_max = k_max
+        self.pass_cost = pass_cost  # seconds per target pass by width (draft_length.py)
         self.healer = Healer(tokenizer)
 
     @classmethod
@@ -77,7 +79,7 @@ class Engine:
                 raise EngineError(
                     f"draft model's vocabulary ({draft_tokenizer.vocab_size}) differs from the "
                     f"target's ({tokenizer.vocab_size}): they must share a tokenizer")
-        engine = cls(target, tokenizer, draft_backend)
+        engine = cls(target, tokenizer, draft_backend, pass_cost=measure_pass_costs(target, 13))
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
 
@@ -129,7 +131,8 @@ class Engine:
         else:
             drafter = {"lookup": self.lookup, "draft": self.draft_model,
                        "hybrid": Hybrid(self.lookup, self.draft_model)}[mode]
-            gen = generate_speculative(self.target, drafter, tokens, rules, sampling, self.k_max, healing)
+            gen = generate_speculative(self.target, drafter, tokens, rules, sampling, self.k_max, healing,
+                                       self.pass_cost)
         text = decode(gen.tokens)
         cut = _first_cut(text, limits)
         return Completion(text if cut is None else text[:cut], gen.tokens, gen.stats)
