@@ -64,8 +64,8 @@ def run(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_nodes
     rules = StopRules(max_new_tokens=new_tokens, eos_ids=frozenset(engine.tokenizer.eos_ids))
     if mode == "ar":
         return generate_autoregressive(engine.target, prompt, rules)
-    drafter = engine.draft_model if mode == "draft" else Hybrid(engine.lookup, engine.draft_model,
-                                                                max_nodes=max_nodes)
+    drafter = {"draft": engine.draft_model, "lookup": engine.lookup}.get(mode) or Hybrid(
+        engine.lookup, engine.draft_model, max_nodes=max_nodes)
     return generate_speculative(engine.target, drafter, prompt, rules, k_max=engine.k_max)
 
 
@@ -87,7 +87,7 @@ def main() -> None:
     d_ms = one_token_ms(engine.draft_model.backend, context, 20)
     print(f"one-token pass at 256 context: target {t_ms:.1f} ms, draft {d_ms:.1f} ms "
           f"({d_ms / t_ms:.1%})")
-    modes = ["ar", "draft"] + [f"hybrid{n}" for n in args.max_nodes.split(",")]
+    modes = ["ar", "lookup", "draft"] + [f"hybrid{n}" for n in args.max_nodes.split(",")]
     ms: dict[str, list[float]] = {m: [] for m in modes}
     acc: dict[str, list[int]] = {m: [0, 0] for m in modes}
     same: dict[str, int] = {m: 0 for m in modes}
