@@ -4,41 +4,12 @@ With a per-token acceptance rate a, a chain of k draft tokens yields 1 + a + ...
 one target pass of k + 1 tokens (Leviathan et al. 2023, eq. 1). What that pass costs depends on
 the machine: on this CPU in bf16 a 9-token pass costs about as much as a 1-token pass, so long
 drafts pay; in fp32 or int8 it costs nearly twice as much, and only confident drafts pay. So the
-cost per pass width is measured on the backend once, and k is chosen from it and from the
-running acceptance rate; k = 0 (no draft) wins while drafts keep failing.
+cost per pass width is measured on the backend once (engine/calibrate.py), and k is chosen from
+it and from the running acceptance rate; k = 0 (no draft) wins while drafts keep failing.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-
-from engine.backends.base import Backend
-
-
-def measure_pass_costs(backend: Backend, max_width: int, context: int = 64,
-                       repeats: int = 3) -> list[float]:
-    """Seconds per pass for widths 0..max_width (index = tokens in the pass; [0] is unused),
-    measured at a few widths and interpolated linearly."""
-    widths = sorted({1, 2, 4, 8, 12, 16, 24, max_width} & set(range(1, max_width + 1)))
-    backend.truncate(0)
-    backend.forward([0] * context, logits=False)
-    measured = {}
-    for width in widths:
-        times = []
-        for _ in range(repeats):
-            backend.truncate(context)
-            start = time.perf_counter()
-            backend.forward([0] * width)
-            times.append(time.perf_counter() - start)
-        measured[width] = sorted(times)[repeats // 2]
-    backend.truncate(0)
-    costs = [0.0]
-    for width in range(1, max_width + 1):
-        low = max(w for w in widths if w <= width)
-        high = min(w for w in widths if w >= width)
-        frac = 0.0 if high == low else (width - low) / (high - low)
-        costs.append(measured[low] + frac * (measured[high] - measured[low]))
-    return costs
 
 
 def expected_tokens(acceptance: float, k: int) -> float:

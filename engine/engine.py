@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.backends.base import Backend
-from engine.draft_length import measure_pass_costs
+from engine.calibrate import calibrate
 from engine.decoding import Healing, StopRules, generate_autoregressive, generate_speculative
 from engine.draft_loading import load_embedded_draft
 from engine.drafters.draft_model import DraftModel
@@ -55,8 +55,10 @@ class Engine:
     `complete` is not reentrant: call it from one worker thread at a time. Documents may be
     set from any thread."""
 
+    K_MAX = 12  # most draft tokens per branch
+
     def __init__(self, target: Backend, tokenizer: Tokenizer, draft: Backend | None = None,
-                 k_max: int = 12, pass_cost: list[float] | None = None):
+                 k_max: int = K_MAX, pass_cost: list[float] | None = None):
         self.target = target
         self.tokenizer = tokenizer
         self.lookup = PromptLookup()
@@ -68,7 +70,7 @@ class Engine:
     @classmethod
     def load(cls, model: str = EMBEDDED, draft: str | None = None, dtype: str | None = None,
              backend: str = "auto", threads: int | None = None, max_len: int = 4096) -> Engine:
-        set_threads(threads)
+        max_threads = set_threads(threads)
         target, tokenizer = load_model(model, dtype, backend, max_len)
         draft_backend = None
         if draft == EMBEDDED:  # trained layers running on the target's own embedding
@@ -79,7 +81,10 @@ class Engine:
                 raise EngineError(
                     f"draft model's vocabulary ({draft_tokenizer.vocab_size}) differs from the "
                     f"target's ({tokenizer.vocab_size}): they must share a tokenizer")
-        engine = cls(target, tokenizer, draft_backend, pass_cost=measure_pass_costs(target, 13))
+        pass_cost = calibrate(target, cls.K_MAX + 1, max_threads)
+        if draft_backend is not None and hasattr(target, "threads_by_width"):
+            draft_backend.threads_by_width = target.threads_by_width  # its passes are 1 token
+        engine = cls(target, tokenizer, draft_backend, pass_cost=pass_cost)
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
 

@@ -13,7 +13,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", default=None,
                         help="draft model sharing the target's tokenizer ('embedded' or a path)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
-                        help="weights dtype (default: bf16 where the CPU has it, else fp32)")
+                        help="weights dtype (default: int8 on a CPU, bf16 or fp16 on a GPU)")
     parser.add_argument("--backend", choices=BACKENDS, default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
 

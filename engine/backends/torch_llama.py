@@ -116,6 +116,8 @@ class TorchLlama(Backend):
             raise EngineError("int8 weights are a CPU mode; use bf16 or fp16 on a GPU")
         self.vocab_size = c.vocab_size
         self.max_len = min(max_len, c.max_position)
+        # torch threads for a pass of n tokens: threads_by_width[min(n, last)] (engine/calibrate.py)
+        self.threads_by_width: list[int] | None = None
 
         def cast(w: Weight) -> Weight:
             return w if isinstance(w, Int8Weight) else w.to(device=self.device, dtype=self.dtype).contiguous()
@@ -172,6 +174,8 @@ class TorchLlama(Backend):
         if start + n > self.max_len:
             raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
         dev = self.device
+        if self.threads_by_width:
+            torch.set_num_threads(self.threads_by_width[min(n, len(self.threads_by_width) - 1)])
         if parents is None:
             pos = torch.arange(start, start + n, device=dev)
             local = torch.ones(n, n, dtype=torch.bool, device=dev).tril()

@@ -1,8 +1,9 @@
 """Prompt lookup and a draft model together: their candidates share one token tree.
 
-Lookup candidates cost nothing to make, so they go first; the draft model's chain fills the
-rest of the node budget. When lookup already has a full-length match the draft model is not
-run at all. Sampling uses a single chain (rejection sampling is proven exact for chains).
+Lookup candidates cost nothing to make: when there are any, their trie is the draft and the
+draft model is not run (measured: with the embedded draft's 33% agreement, running it beside
+lookup made hybrid slower than lookup alone). Where lookup finds nothing, the draft model's
+chain is the draft. Sampling uses a single chain (rejection sampling is proven exact for chains).
 """
 from __future__ import annotations
 
@@ -27,11 +28,10 @@ class Hybrid:
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: torch.Generator) -> Draft:
-        found = self.lookup.candidates(context, k, limit=1 if not sampling.greedy else self.lookup_candidates)
-        if not sampling.greedy:
-            if found or self.model is None:
-                return Draft.chain(found[0] if found else [])
-            return self.model.propose(context, k, sampling, generator)
-        if self.model is not None and not (found and len(found[0]) >= k):
-            found.append(self.model.propose(context, k, sampling, generator).tokens)
-        return merge_candidates(found, self.max_nodes)
+        limit = self.lookup_candidates if sampling.greedy else 1
+        found = self.lookup.candidates(context, k, limit=limit)
+        if found:
+            return merge_candidates(found, self.max_nodes) if sampling.greedy else Draft.chain(found[0])
+        if self.model is None:
+            return Draft()
+        return self.model.propose(context, k, sampling, generator)
