@@ -100,7 +100,7 @@ class Engine:
         self.lookup.remove_document(doc_id)
 
     # --- completion -----------------------------------------------------------------------
-    def complete(self, prompt: str | Sequence[int], *, mode: str = "hybrid", limits: Limits = Limits(),
+    def complete(self, prompt: str | Sequence[int], *, mode: str = "lookup", limits: Limits = Limits(),
                  sampling: Sampling = Sampling(), cancel: threading.Event | None = None,
                  heal: bool = True) -> Completion:
         """Continue `prompt`. Text prompts are token-healed (see engine/healing.py) unless

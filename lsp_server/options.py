@@ -18,5 +18,5 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
 
 
-def add_mode_argument(parser: argparse.ArgumentParser, default: str = "hybrid") -> None:
+def add_mode_argument(parser: argparse.ArgumentParser, default: str = "lookup") -> None:
     parser.add_argument("--mode", choices=MODES, default=default, help="decoding mode")

@@ -56,7 +56,7 @@ def main() -> int:
     ap.add_argument("--interval-ms", type=float, default=120, help="time between keystrokes")
     ap.add_argument("--sequential", action="store_true",
                     help="wait for each answer before the next keystroke (no cancellations)")
-    ap.add_argument("--mode", default="hybrid")
+    ap.add_argument("--mode", default="lookup")
     ap.add_argument("--dtype", default=None)
     args = ap.parse_args()
     text = args.file.read_text()

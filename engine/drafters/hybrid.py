@@ -31,7 +31,11 @@ class Hybrid:
         limit = self.lookup_candidates if sampling.greedy else 1
         found = self.lookup.candidates(context, k, limit=limit)
         if found:
-            return merge_candidates(found, self.max_nodes) if sampling.greedy else Draft.chain(found[0])
+            if not sampling.greedy:
+                return Draft.chain(found[0])
+            # k is the chain length the measured pass costs make worth verifying; each
+            # alternative branch adds two nodes beyond it (its point of difference, and one more).
+            return merge_candidates(found, min(self.max_nodes, k + 2 * (len(found) - 1)))
         if self.model is None:
             return Draft()
         return self.model.propose(context, k, sampling, generator)
