@@ -2,43 +2,20 @@
 with watchdog. Never indexes what .gitignore ignores, binaries, big files or secrets."""
 from __future__ import annotations
 
-import fnmatch
 import logging
-import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pathspec
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+
+from lsp_server.files import SKIP_DIRS, GitIgnore, is_secret, read_text
 
 log = logging.getLogger(__name__)
 
 MAX_BYTES = 512 * 1024
 MAX_FILES = 2000  # a huge tree is indexed partially rather than slowly
-SECRETS = (".env*", "*.pem", "*.key", "id_*")
-SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv"}
-
-
-def is_secret(name: str) -> bool:
-    return any(fnmatch.fnmatch(name, pattern) for pattern in SECRETS)
-
-
-def read_source(path: Path) -> str | None:
-    """The file's text, or None when it is too big, binary or unreadable."""
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            return None
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if b"\0" in data[:8192]:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 class WorkspaceIndex:
@@ -48,16 +25,9 @@ class WorkspaceIndex:
                  on_remove: Callable[[str], None]):
         self.root = root.resolve()
         self._on_set, self._on_remove = on_set, on_remove
-        self._ignore = self._read_gitignore()
+        self._gitignore = GitIgnore(self.root)
         self._observer: Observer | None = None
         self.indexed: set[str] = set()
-
-    def _read_gitignore(self) -> pathspec.PathSpec:
-        try:
-            lines = (self.root / ".gitignore").read_text(errors="replace").splitlines()
-        except OSError:
-            lines = []
-        return pathspec.PathSpec.from_lines("gitwildmatch", lines)
 
     def accepts(self, path: Path) -> bool:
         """May this file be indexed (and so have its text sent to the model)?"""
@@ -67,21 +37,11 @@ class WorkspaceIndex:
             return False
         if any(part in SKIP_DIRS for part in rel.parts[:-1]) or is_secret(rel.name):
             return False
-        return not self._ignore.match_file(rel.as_posix())
-
-    def _files(self) -> Iterator[Path]:
-        for folder, dirs, files in os.walk(self.root):
-            base = Path(folder)
-            # Prune in place so os.walk never descends into skipped or ignored folders.
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not self._ignore.match_file(
-                (base / d).relative_to(self.root).as_posix() + "/"))
-            for name in sorted(files):
-                if self.accepts(base / name):
-                    yield base / name
+        return not self._gitignore.ignored(self.root / rel)
 
     def update(self, path: Path) -> None:
         uri = path.resolve().as_uri()
-        text = read_source(path) if self.accepts(path) and path.is_file() else None
+        text = read_text(path, MAX_BYTES)[0] if self.accepts(path) and path.is_file() else None
         if text is None:
             if uri in self.indexed:
                 self.indexed.discard(uri)
@@ -95,7 +55,7 @@ class WorkspaceIndex:
         threading.Thread(target=self._scan_and_watch, name="draftline-index", daemon=True).start()
 
     def _scan_and_watch(self) -> None:
-        for n, path in enumerate(self._files()):
+        for n, path in enumerate(p for p in self._gitignore.walk() if self.accepts(p)):
             if n >= MAX_FILES:
                 log.warning("workspace index: stopped at %d files", MAX_FILES)
                 break
