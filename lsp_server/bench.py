@@ -231,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         "workloads": summarize(runs, workload_ids, {i: t.reference for i, t in enumerate(tasks)},
                                modes, weight_bytes),
     }
-    print(format_table(report))
+    sys.stdout.write(format_table(report) + "\n")  # the report is the command's output
     if args.json is not None:
         write_json(report, args.json)
     if args.plot is not None:

@@ -63,14 +63,16 @@ def run_complete(args: argparse.Namespace) -> int:
     except EngineError as exc:
         raise SystemExit(f"lsp_server: {exc}") from None
     stats = result.stats
+    # `complete` is a command-line tool, not the stdio server: its result goes to stdout.
     if args.json:
-        print(json.dumps({"text": result.text, "ms": round(stats.total_ms, 1)} | stats.as_dict()))
+        sys.stdout.write(json.dumps({"text": result.text, "ms": round(stats.total_ms, 1)}
+                                    | stats.as_dict()) + "\n")
     else:
-        print(result.text)
-        print(f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms ({args.mode}): "
-              f"{stats.target_passes} target passes, {stats.tokens_per_pass:.2f} tokens/pass, "
-              f"acceptance {stats.acceptance_rate:.0%}, prefill {stats.prefill_ms:.0f} ms",
-              file=sys.stderr)
+        sys.stdout.write(result.text + "\n")
+        summary = (f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms ({args.mode}): "
+                   f"{stats.target_passes} target passes, {stats.tokens_per_pass:.2f} tokens/pass, "
+                   f"acceptance {stats.acceptance_rate:.0%}, prefill {stats.prefill_ms:.0f} ms")
+        print(summary, file=sys.stderr)
     return 0
 
 
