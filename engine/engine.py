@@ -120,6 +120,7 @@ class Engine:
         if room < 1:
             raise EngineError(f"max_new_tokens {limits.max_new_tokens} does not fit the context")
         tokens = tokens[-room:]
+
         def decode(out: list[int]) -> str:  # the output without the healed prompt text
             return self.tokenizer.decode(out)[len(owed):]
 

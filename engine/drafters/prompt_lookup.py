@@ -73,9 +73,10 @@ class PromptLookup:
                 windows = sliding_window_view(ctx[:-1], n)
                 for start in np.flatnonzero((windows == key).all(axis=1))[::-1]:
                     self._add(found, ctx[start + n:start + n + k].tolist(), limit)
+            key_tuple = tuple(key.tolist())
             with self._lock:
-                hit = self._index.get(tuple(key.tolist()))
-                if hit and self._valid(tuple(key.tolist()), *hit):
+                hit = self._index.get(key_tuple)
+                if hit and self._valid(key_tuple, *hit):
                     doc_id, end = hit
                     self._add(found, self._docs[doc_id][end:end + k].tolist(), limit)
             if len(found) >= limit:
