@@ -197,12 +197,13 @@ def verify_sampling(draft: Draft, logits: torch.Tensor, sampling: Sampling,
 def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int], rules: StopRules,
                          sampling: Sampling = Sampling(), k_max: int = 8,
                          healing: Healing | None = None,
-                         pass_cost: Sequence[float] | None = None) -> Generation:
-    """Draft, verify in one target pass, keep the accepted prefix plus the target's next token."""
+                         pass_cost: Sequence[float] | None = None, draft_cost: float = 0.0) -> Generation:
+    """Draft, verify in one target pass, keep the accepted prefix plus the target's next token.
+    pass_cost: seconds per target pass by width; draft_cost: seconds per drafted token."""
     start = time.perf_counter()
     out, current, generator = _begin(target, prompt, rules, sampling, healing)
     stats = out.stats
-    draft_length = DraftLength(k_max, pass_cost)
+    draft_length = DraftLength(k_max, pass_cost, draft_cost=draft_cost)
     use_tree = target.supports_tree and sampling.greedy
     while not out.done:
         k = min(draft_length.next(), rules.max_new_tokens - len(out.tokens))

@@ -26,8 +26,9 @@ class DraftLength:
     matching again is noticed."""
 
     def __init__(self, k_max: int, pass_cost: Sequence[float] | None = None, prior: float = 0.6,
-                 memory: float = 0.8, probe_every: int = 4):
+                 memory: float = 0.8, probe_every: int = 4, draft_cost: float = 0.0):
         self.cost = list(pass_cost) if pass_cost else [1.0] * (k_max + 2)  # flat if unmeasured
+        self.draft_cost = draft_cost  # per drafted token (a draft model's pass), same unit
         self.k_max = min(k_max, len(self.cost) - 2)
         self.hits, self.misses = 2 * prior, 2 * (1 - prior)
         self.memory, self.probe_every = memory, probe_every
@@ -39,7 +40,8 @@ class DraftLength:
 
     def next(self) -> int:
         a = self.acceptance
-        k = max(range(self.k_max + 1), key=lambda k: expected_tokens(a, k) / self.cost[k + 1])
+        k = max(range(self.k_max + 1),
+                key=lambda k: expected_tokens(a, k) / (self.cost[k + 1] + k * self.draft_cost))
         if k > 0:
             self.idle = 0
             return k

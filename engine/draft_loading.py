@@ -1,8 +1,8 @@
-"""The embedded draft model: a few trained layers that run on the target's own embedding.
+"""The embedded draft: one trained layer that reads the target's features (engine/drafters/feature_draft.py).
 
-The shipped file holds only the draft's layers, final norm and reduced output vocabulary
-(`head_rows`); the 49152 x 576 embedding and tied head come from the already loaded target,
-so no second copy of it is read from disk or kept in memory.
+The shipped file holds only the draft's layer, its input projection `fc`, final norm and reduced
+output vocabulary (`head_rows`); the 49152 x 576 embedding and tied head come from the already
+loaded target, so no second copy of them is read from disk or kept in memory.
 """
 from __future__ import annotations
 
@@ -14,16 +14,17 @@ from safetensors.torch import load_file
 
 from engine.backends.base import Backend
 from engine.backends.torch_llama import TorchLlama
+from engine.drafters.feature_draft import FeatureDraft
 from engine.errors import ModelLoadError
 from engine.weights import LoadedWeights
 
 EMBEDDED_DRAFT_DIR = Path(__file__).parent / "data" / "draft-smollm2"
 
 
-def load_embedded_draft(target: Backend, folder: Path = EMBEDDED_DRAFT_DIR) -> TorchLlama:
-    """Build the draft model on top of `target` (a TorchLlama of the embedded model)."""
+def load_embedded_draft(target: Backend, folder: Path = EMBEDDED_DRAFT_DIR) -> FeatureDraft:
+    """Build the draft on top of `target` (a TorchLlama of the embedded model)."""
     if not isinstance(target, TorchLlama):
-        raise ModelLoadError("--draft embedded needs the torch backend for the target")
+        raise ModelLoadError("--draft embedded reads the target's features: it needs the torch backend")
     try:
         meta = json.loads((folder / "config.json").read_text())
         tensors = load_file(folder / "model.safetensors")
@@ -35,7 +36,9 @@ def load_embedded_draft(target: Backend, folder: Path = EMBEDDED_DRAFT_DIR) -> T
             f"the embedded draft was trained for hidden size {meta['hidden_size']} and vocabulary "
             f"{meta['vocab_size']}; the target has {c.hidden_size} and {c.vocab_size}")
     head_rows = tensors.pop("head_rows")
+    fc, fc_bias = (tensors.pop(name).to(device=target.device, dtype=target.dtype) for name in ("fc", "fc_bias"))
     tensors["embed"] = target.embed  # shared, not copied: same dtype and device
     weights = LoadedWeights(replace(c, n_layers=meta["n_layers"]), tensors, folder)
-    return TorchLlama(weights, target.dtype, max_len=target.max_len, device=str(target.device),
-                      head_rows=head_rows, int8=target.int8)
+    net = TorchLlama(weights, target.dtype, max_len=target.max_len, device=str(target.device),
+                     head_rows=head_rows, int8=target.int8)
+    return FeatureDraft(target, net, fc, fc_bias)

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.backends.base import Backend
-from engine.calibrate import calibrate
+from engine.calibrate import calibrate, measure_pass_costs
 from engine.decoding import Healing, StopRules, generate_autoregressive, generate_speculative
 from engine.draft_loading import load_embedded_draft
+from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.hybrid import Hybrid
 from engine.drafters.prompt_lookup import PromptLookup
@@ -57,14 +58,15 @@ class Engine:
 
     K_MAX = 12  # most draft tokens per branch
 
-    def __init__(self, target: Backend, tokenizer: Tokenizer, draft: Backend | None = None,
-                 k_max: int = K_MAX, pass_cost: list[float] | None = None):
+    def __init__(self, target: Backend, tokenizer: Tokenizer, draft: Drafter | None = None,
+                 k_max: int = K_MAX, pass_cost: list[float] | None = None, draft_cost: float = 0.0):
         self.target = target
         self.tokenizer = tokenizer
         self.lookup = PromptLookup()
-        self.draft_model = DraftModel(draft) if draft is not None else None
+        self.draft = draft  # a draft model (mode "draft", and the model half of "hybrid")
         self.k_max = k_max
         self.pass_cost = pass_cost  # seconds per target pass by width (draft_length.py)
+        self.draft_cost = draft_cost  # seconds per token the draft model drafts
         self.healer = Healer(tokenizer)
 
     @classmethod
@@ -72,25 +74,30 @@ class Engine:
              backend: str = "auto", threads: int | None = None, max_len: int = 4096) -> Engine:
         max_threads = set_threads(threads)
         target, tokenizer = load_model(model, dtype, backend, max_len)
-        draft_backend = None
-        if draft == EMBEDDED:  # trained layers running on the target's own embedding
-            draft_backend = load_embedded_draft(target)
+        drafter: Drafter | None = None
+        if draft == EMBEDDED:  # a trained layer reading the target's own features
+            drafter = load_embedded_draft(target)
+            draft_backend = drafter.net
         elif draft:
             draft_backend, draft_tokenizer = load_model(draft, dtype, "torch", max_len)
             if draft_tokenizer.vocab_size != tokenizer.vocab_size:
                 raise EngineError(
                     f"draft model's vocabulary ({draft_tokenizer.vocab_size}) differs from the "
                     f"target's ({tokenizer.vocab_size}): they must share a tokenizer")
+            drafter = DraftModel(draft_backend)
         pass_cost = calibrate(target, cls.K_MAX + 1, max_threads)
-        if draft_backend is not None and hasattr(target, "threads_by_width"):
-            draft_backend.threads_by_width = target.threads_by_width  # its passes are 1 token
-        engine = cls(target, tokenizer, draft_backend, pass_cost=pass_cost)
+        draft_cost = 0.0
+        if drafter is not None:
+            if hasattr(target, "threads_by_width"):
+                draft_backend.threads_by_width = target.threads_by_width  # its passes are 1 token
+            draft_cost = measure_pass_costs(draft_backend, 1)[1]
+        engine = cls(target, tokenizer, drafter, pass_cost=pass_cost, draft_cost=draft_cost)
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return MODES if self.draft_model else ("ar", "lookup", "hybrid")
+        return MODES if self.draft else ("ar", "lookup", "hybrid")
 
     # --- documents for prompt lookup ------------------------------------------------------
     def set_document(self, doc_id: str, text: str) -> None:
@@ -107,7 +114,7 @@ class Engine:
         heal=False; token-id prompts are used as given."""
         if mode not in MODES:
             raise EngineError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
-        if mode == "draft" and self.draft_model is None:
+        if mode == "draft" and self.draft is None:
             raise EngineError("mode 'draft' needs a draft model (--draft)")
         tokens = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not tokens:
@@ -135,10 +142,10 @@ class Engine:
         if mode == "ar":
             gen = generate_autoregressive(self.target, tokens, rules, sampling, healing)
         else:
-            drafter = {"lookup": self.lookup, "draft": self.draft_model,
-                       "hybrid": Hybrid(self.lookup, self.draft_model)}[mode]
+            drafter = {"lookup": self.lookup, "draft": self.draft,
+                       "hybrid": Hybrid(self.lookup, self.draft)}[mode]
             gen = generate_speculative(self.target, drafter, tokens, rules, sampling, self.k_max, healing,
-                                       self.pass_cost)
+                                       self.pass_cost, self.draft_cost if mode != "lookup" else 0.0)
         text = decode(gen.tokens)
         cut = _first_cut(text, limits)
         return Completion(text if cut is None else text[:cut], gen.tokens, gen.stats)

@@ -24,14 +24,16 @@ def engine(fp32_engine):
 def test_speculative_modes_equal_autoregressive(engine, name, prompt):
     baseline = engine.complete(prompt, mode="ar", limits=LIMITS)
     assert baseline.stats.target_passes == baseline.stats.new_tokens
-    for mode in ("lookup", "hybrid"):
+    for mode in ("lookup", "draft", "hybrid"):
         result = engine.complete(prompt, mode=mode, limits=LIMITS)
         assert result.tokens == baseline.tokens, mode
         assert result.text == baseline.text
 
 
-def test_lookup_saves_passes_on_repeated_code(engine):
-    """The text of an indexed document repeats: lookup must need fewer target passes."""
+def test_lookup_saves_passes_on_repeated_code(engine, monkeypatch):
+    """The text of an indexed document repeats: lookup must need fewer target passes. (With a
+    flat pass-cost curve, as on a GPU: the measured one makes k depend on this machine's load.)"""
+    monkeypatch.setattr(engine, "pass_cost", None)
     text = stdlib_text("textwrap.py")
     prompt = text[:text.index("    def _split(self, text):")] + text[:200]  # a second copy begins
     result = engine.complete(prompt, mode="lookup", limits=LIMITS, heal=False)

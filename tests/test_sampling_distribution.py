@@ -14,7 +14,7 @@ from engine.decoding import StopRules, generate_speculative
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.prompt_lookup import PromptLookup
 from engine.sampling import Sampling, probabilities
-from tests.tiny_models import random_llama
+from tests.tiny_models import random_feature_draft, random_llama
 
 PROMPT = [1, 5, 2, 7, 1, 5]
 RUNS = 4000
@@ -64,6 +64,16 @@ def test_draft_model_sampling_matches_target(models):
     target, draft = models
     exact = exact_pair_distribution(target, SAMPLING)
     stat, df = chi_square(sample_pairs(target, DraftModel(draft, min_confidence=0.0)), exact)
+    assert stat < chi_square_critical(df), f"chi2={stat:.1f} df={df}"
+
+
+def test_feature_draft_sampling_matches_target(models):
+    """The draft that reads the target's features: its q depends on the target's own state."""
+    target, _ = models
+    exact = exact_pair_distribution(target, SAMPLING)
+    drafter = random_feature_draft(target, seed=3)
+    drafter.min_confidence = 0.0
+    stat, df = chi_square(sample_pairs(target, drafter), exact)
     assert stat < chi_square_critical(df), f"chi2={stat:.1f} df={df}"
 
 

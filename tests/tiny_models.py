@@ -2,6 +2,7 @@
 import torch
 
 from engine.backends.torch_llama import TorchLlama
+from engine.drafters.feature_draft import FeatureDraft
 from engine.weights import LlamaConfig, LoadedWeights
 
 
@@ -25,3 +26,13 @@ def random_weights(seed: int, vocab: int = 8, hidden: int = 32, layers: int = 2,
 
 def random_llama(seed: int, **sizes) -> TorchLlama:
     return TorchLlama(random_weights(seed, **sizes), dtype=torch.float32, max_len=256)
+
+
+def random_feature_draft(target: TorchLlama, seed: int) -> FeatureDraft:
+    """A one-layer feature-conditioned draft with random weights on top of `target`."""
+    weights = random_weights(seed, vocab=target.vocab_size, hidden=target.config.hidden_size, layers=1)
+    g = torch.Generator().manual_seed(seed)
+    hidden = target.config.hidden_size
+    fc = torch.randn(hidden, 2 * hidden, generator=g) * 0.2
+    net = TorchLlama(weights, dtype=torch.float32, max_len=target.max_len)
+    return FeatureDraft(target, net, fc, torch.zeros(hidden))

@@ -118,6 +118,9 @@ class TorchLlama(Backend):
         self.max_len = min(max_len, c.max_position)
         # torch threads for a pass of n tokens: threads_by_width[min(n, last)] (engine/calibrate.py)
         self.threads_by_width: list[int] | None = None
+        # The final normed hidden state of every cached position, once `record_features` is
+        # called: a feature-conditioned draft (engine/drafters/feature_draft.py) reads them.
+        self.features: torch.Tensor | None = None
 
         def cast(w: Weight) -> Weight:
             return w if isinstance(w, Int8Weight) else w.to(device=self.device, dtype=self.dtype).contiguous()
@@ -164,9 +167,26 @@ class TorchLlama(Backend):
         return sum(w.nbytes if isinstance(w, Int8Weight) else w.numel() * w.element_size()
                    for w in tensors)
 
+    def record_features(self) -> None:
+        """Keep the final normed hidden state of each cached position in `features`."""
+        if self.features is None:
+            self.features = torch.zeros(self.max_len, self.config.hidden_size, dtype=self.dtype,
+                                        device=self.device)
+
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
                 logits: bool = True) -> torch.Tensor | None:
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
+        return self.forward_hidden(self.embed_tokens(ids), tokens, parents, logits)
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed.embed(ids) if isinstance(self.embed, Int8Weight) else self.embed[ids]
+
+    @torch.inference_mode()
+    def forward_hidden(self, x: torch.Tensor, tokens: Sequence[int],
+                       parents: Sequence[int] | None = None, logits: bool = True) -> torch.Tensor | None:
+        """`forward` from input vectors x [n, hidden] instead of token embeddings; `tokens`
+        are what the cache records for them."""
         c = self.config
         n, start = len(tokens), self.length
         if n == 0:
@@ -188,9 +208,6 @@ class TorchLlama(Backend):
         cos, sin = self.cos[pos], self.sin[pos]
         hd, nh, nkv = c.dim_per_head, c.n_heads, c.n_kv_heads
         end = start + n
-
-        ids = torch.tensor(tokens, device=dev)
-        x = self.embed.embed(ids) if isinstance(self.embed, Int8Weight) else self.embed[ids]
         for i, layer in enumerate(self.layers):
             h = rms_norm(x, layer.attn_norm, c.rms_eps)
             q, k, v = linear(h, layer.wqkv, layer.bqkv).split([nh * hd, nkv * hd, nkv * hd], -1)
@@ -205,12 +222,19 @@ class TorchLlama(Backend):
             gate, up = linear(h, layer.w_gate_up).chunk(2, dim=-1)
             x = x + linear(F.silu(gate) * up, layer.w_down)
         self.tokens.extend(tokens)
-        if not logits:
+        if not logits and self.features is None:
             return None
-        out = linear(rms_norm(x, self.norm, c.rms_eps), self.head).float()
+        x = rms_norm(x, self.norm, c.rms_eps)
+        if self.features is not None:
+            self.features[start:end] = x
+        return self.head_logits(x) if logits else None
+
+    def head_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""
+        out = linear(features, self.head).float()
         if self.head_rows is None:
             return out
-        full = torch.full((n, self.vocab_size), float("-inf"), device=dev)
+        full = torch.full((len(features), self.vocab_size), float("-inf"), device=self.device)
         full[:, self.head_rows] = out
         return full
 
@@ -236,4 +260,6 @@ class TorchLlama(Backend):
         end = start + len(offsets)
         self.k_cache[:, :, start:end] = self.k_cache[:, :, idx]
         self.v_cache[:, :, start:end] = self.v_cache[:, :, idx]
+        if self.features is not None:
+            self.features[start:end] = self.features[idx]
         self.tokens[start:] = [self.tokens[start + o] for o in offsets]

@@ -1,9 +1,10 @@
-"""Prompt lookup and a draft model together: their candidates share one token tree.
+"""Prompt lookup and a draft model together, in one verification pass.
 
-Lookup candidates cost nothing to make: when there are any, their trie is the draft and the
-draft model is not run (measured: with the embedded draft's 33% agreement, running it beside
-lookup made hybrid slower than lookup alone). Where lookup finds nothing, the draft model's
-chain is the draft. Sampling uses a single chain (rejection sampling is proven exact for chains).
+Lookup candidates cost nothing to make, and where they exist they are usually long and right:
+their trie is the draft, and the draft model is not run (measured: running it beside them costs
+more draft passes than its extra branch earns, docs/draft_model.md). Where lookup finds
+nothing, the draft model's token tree is the draft. Sampling uses a single chain (rejection
+sampling is proven exact for chains): the lookup match if there is one, else the model's.
 """
 from __future__ import annotations
 
@@ -11,15 +12,14 @@ from collections.abc import Sequence
 
 import torch
 
-from engine.drafters.base import Draft
-from engine.drafters.draft_model import DraftModel
+from engine.drafters.base import Draft, Drafter
 from engine.drafters.prompt_lookup import PromptLookup
 from engine.drafters.tree import merge_candidates
 from engine.sampling import Sampling
 
 
 class Hybrid:
-    def __init__(self, lookup: PromptLookup, model: DraftModel | None, max_nodes: int = 16,
+    def __init__(self, lookup: PromptLookup, model: Drafter | None, max_nodes: int = 16,
                  lookup_candidates: int = 3):
         self.lookup = lookup
         self.model = model

@@ -22,17 +22,17 @@ from engine.training.data import stdlib_files
 
 
 def agreement(engine: Engine, files: Sequence, tokens_per_file: int) -> float:
-    """Fraction of positions where the draft's argmax equals the target's (teacher-forced)."""
-    draft = engine.draft_model.backend
+    """Fraction of positions where the draft's first-token argmax equals the target's
+    (teacher-forced: every position reads the target's true features)."""
+    draft = engine.draft
     hits = total = 0
     for path in files:
         ids = engine.tokenizer.encode(path.read_text(encoding="utf-8"))[:tokens_per_file]
-        for backend in (engine.target, draft):
-            backend.truncate(0)
-        want = engine.target.forward(ids).argmax(-1)
-        got = draft.forward(ids).argmax(-1)
+        engine.target.truncate(0)
+        want = engine.target.forward(ids).argmax(-1)[1:]
+        got = draft.teacher_forced_logits(ids).argmax(-1)
         hits += int((want == got).sum())
-        total += len(ids)
+        total += len(want)
     return hits / total
 
 
@@ -59,13 +59,13 @@ def prompts(engine: Engine, files: Sequence, n: int, length: int) -> list[list[i
 
 
 def run(engine: Engine, mode: str, prompt: list[int], new_tokens: int, max_nodes: int):
-    for backend in (engine.target, engine.draft_model.backend):
-        backend.truncate(0)  # cold cache for every run: no mode profits from the previous one
+    engine.target.truncate(0)  # cold cache for every run: no mode profits from the previous one
+    engine.draft.reset()
     rules = StopRules(max_new_tokens=new_tokens, eos_ids=frozenset(engine.tokenizer.eos_ids))
     if mode == "ar":
         return generate_autoregressive(engine.target, prompt, rules)
-    drafter = {"draft": engine.draft_model, "lookup": engine.lookup}.get(mode) or Hybrid(
-        engine.lookup, engine.draft_model, max_nodes=max_nodes)
+    drafter = {"draft": engine.draft, "lookup": engine.lookup}.get(mode) or Hybrid(
+        engine.lookup, engine.draft, max_nodes=max_nodes)
     return generate_speculative(engine.target, drafter, prompt, rules, k_max=engine.k_max)
 
 
@@ -84,7 +84,7 @@ def main() -> None:
           f"{agreement(engine, held[-12:], 512):.4f}")
     context = prompts(engine, held, 1, 256)[0]
     t_ms = one_token_ms(engine.target, context, 20)
-    d_ms = one_token_ms(engine.draft_model.backend, context, 20)
+    d_ms = one_token_ms(engine.draft.net, context, 20)
     print(f"one-token pass at 256 context: target {t_ms:.1f} ms, draft {d_ms:.1f} ms "
           f"({d_ms / t_ms:.1%})")
     modes = ["ar", "lookup", "draft"] + [f"hybrid{n}" for n in args.max_nodes.split(",")]

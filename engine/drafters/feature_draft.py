@@ -1,0 +1,115 @@
+"""A draft that reads the target's own features (EAGLE, Li et al. 2024).
+
+The draft is one Llama layer. At cache position j its input is fc([e(token j+1); f_j]), where f_j
+is the target's final normed hidden state at j (what the target's head turns into logits);
+its output predicts f_{j+1}, and the target's head (its most frequent rows) turns that into the
+next draft token. So the draft mostly learns to extrapolate the target's own state one step,
+which a single layer does far better than a small model reading tokens alone.
+
+Its KV cache mirrors the target's, one position behind in tokens: position j needs f_j and
+token j+1. Positions computed from true target features are kept across calls (common-prefix
+reuse, like the target's); positions computed from the draft's own predicted features are
+dropped at the next call.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from engine.backends.base import PREFILL_CHUNK
+from engine.backends.torch_llama import TorchLlama
+from engine.drafters.base import Draft
+from engine.sampling import Sampling, draw, probabilities
+
+
+class FeatureDraft:
+    def __init__(self, target: TorchLlama, net: TorchLlama, fc: torch.Tensor, fc_bias: torch.Tensor,
+                 min_confidence: float = 0.1, siblings: int = 2, sibling_levels: int = 2,
+                 sibling_min_prob: float = 0.1):
+        target.record_features()
+        net.record_features()
+        self.target = target
+        self.net = net
+        self.fc = fc
+        self.fc_bias = fc_bias
+        # Greedy drafting stops at a token the draft itself doubts: it would likely be rejected.
+        self.min_confidence = min_confidence
+        self.siblings, self.sibling_levels, self.sibling_min_prob = siblings, sibling_levels, sibling_min_prob
+        self._inputs: list[int] = []  # the context tokens behind the net's true-feature positions
+
+    def reset(self) -> None:
+        """Forget the cache (e.g. after the target's cache was emptied)."""
+        self.net.truncate(0)
+        self._inputs = []
+
+    @torch.inference_mode()
+    def teacher_forced_logits(self, ids: Sequence[int]) -> torch.Tensor:
+        """The draft's logits from the target's true features at every position of `ids` (which
+        the target's cache must hold): [len(ids) - 1, vocab], row j guessing what follows
+        ids[j + 1], as the target's own row j + 1 does."""
+        self.reset()
+        return self.net.forward_hidden(self._input(ids[1:], self.target.features[:len(ids) - 1]), ids[1:])
+
+    def _input(self, tokens: Sequence[int], features: torch.Tensor) -> torch.Tensor:
+        """fc([e(next tokens); features]) for positions whose next tokens are `tokens`."""
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.net.device)
+        return F.linear(torch.cat([self.target.embed_tokens(ids), features], -1), self.fc, self.fc_bias)
+
+    @torch.inference_mode()
+    def _catch_up(self, context: Sequence[int]) -> torch.Tensor:
+        """Bring the net's cache to the target's (which holds context[:-1]); return the logits of
+        its last position: the draft's guess at the token after context[-1]."""
+        end = self.target.length
+        common = 0
+        for a, b in zip(self._inputs, context[:end + 1]):
+            if a != b:
+                break
+            common += 1
+        start = max(common - 1, 0)
+        self.net.truncate(start)
+        for i in range(start, end, PREFILL_CHUNK):
+            j = min(i + PREFILL_CHUNK, end)
+            x = self._input(context[i + 1:j + 1], self.target.features[i:j])
+            self.net.forward_hidden(x, context[i + 1:j + 1], logits=False)
+        self._inputs = list(context[:end + 1])
+        return self.net.head_logits(self.net.features[end - 1:end])[0]
+
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling,
+                generator: torch.Generator) -> Draft:
+        """A chain of up to k tokens. Greedy drafts are a tree: the chain follows the draft's
+        top token; on the first `sibling_levels` levels its next most likely tokens (each at least
+        `sibling_min_prob`) are leaves beside it, free to add (they come from the same logits)
+        and verified in the same target pass."""
+        if self.target.length == 0:  # no target feature to start from yet
+            return Draft()
+        logits = self._catch_up(context)
+        tokens: list[int] = []
+        parents: list[int] = []
+        dists: list[torch.Tensor] = []
+        parent = -1
+        for level in range(k):
+            if sampling.greedy:
+                probs = torch.softmax(logits, -1)
+                top_p, top = probs.topk(1 + self.siblings)
+                token = int(top[0])
+                if tokens and float(top_p[0]) < self.min_confidence:
+                    break
+            else:
+                probs = probabilities(logits, sampling)
+                token = draw(probs, generator)
+                dists.append(probs)
+            node = len(tokens)
+            tokens.append(token)
+            parents.append(parent)
+            if sampling.greedy and level < self.sibling_levels:
+                for p, alt in zip(top_p[1:].tolist(), top[1:].tolist()):
+                    if p >= self.sibling_min_prob:
+                        tokens.append(alt)
+                        parents.append(parent)
+            parent = node
+            if level + 1 < k:
+                feature = self.net.features[self.net.length - 1:self.net.length]
+                logits = self.net.forward_hidden(self._input([token], feature), [token])[-1]
+        return Draft(tokens, parents, torch.stack(dists) if dists else None)
