@@ -15,6 +15,7 @@ from engine.decoding import Healing, StopRules, generate_autoregressive, generat
 from engine.draft_loading import load_embedded_draft
 from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModel
+from engine.drafters.feature_draft import FeatureDraft
 from engine.drafters.hybrid import Hybrid
 from engine.drafters.prompt_lookup import PromptLookup
 from engine.errors import EngineError
@@ -107,6 +108,12 @@ class Engine:
         self.lookup.remove_document(doc_id)
 
     # --- completion -----------------------------------------------------------------------
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Fill the caches for a prompt of token ids ahead of `complete` (which reuses them)."""
+        self.target.sync(tokens[:-1])
+        if isinstance(self.draft, FeatureDraft) and self.target.length:
+            self.draft.catch_up(tokens)
+
     def complete(self, prompt: str | Sequence[int], *, mode: str = "lookup", limits: Limits = Limits(),
                  sampling: Sampling = Sampling(), cancel: threading.Event | None = None,
                  heal: bool = True) -> Completion:
@@ -145,7 +152,9 @@ class Engine:
             drafter = {"lookup": self.lookup, "draft": self.draft,
                        "hybrid": Hybrid(self.lookup, self.draft)}[mode]
             gen = generate_speculative(self.target, drafter, tokens, rules, sampling, self.k_max, healing,
-                                       self.pass_cost, self.draft_cost if mode != "lookup" else 0.0)
+                                       # In hybrid most drafts are lookup's, which cost nothing; the
+                                       # model's own chains stop on its confidence (feature_draft.py).
+                                       self.pass_cost, self.draft_cost if mode == "draft" else 0.0)
         text = decode(gen.tokens)
         cut = _first_cut(text, limits)
         return Completion(text if cut is None else text[:cut], gen.tokens, gen.stats)

@@ -169,7 +169,7 @@ class _Documents:
 
 
 def _engine_run(engine: Engine, mode: str, prompt: list[int], max_new_tokens: int) -> Run:
-    engine.target.sync(prompt[:-1])  # the untimed prefill
+    engine.prefill(prompt)  # the untimed prefill
     start = time.perf_counter()
     result = engine.complete(prompt, mode=mode, limits=Limits(max_new_tokens=max_new_tokens))
     ms = (time.perf_counter() - start) * 1000

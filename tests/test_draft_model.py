@@ -58,7 +58,7 @@ def test_engine_arithmetic_equals_the_training_module(engine: Engine) -> None:
     target.truncate(0)
     target.forward(ids[:-1], logits=False)
     draft.reset()
-    last = draft._catch_up(ids)  # the cached route, as drafting runs it
+    last = draft.catch_up(ids)  # the cached route, as drafting runs it
     shipped = load_file(EMBEDDED_DRAFT_DIR / "model.safetensors")
     weights = load_weights(embedded_target_path())
     net = FeatureDraftNet(weights.config, weights.tensors, 0, shipped["head_rows"])
@@ -80,9 +80,9 @@ def test_incremental_cache_equals_a_fresh_one(engine: Engine) -> None:
 
     def incremental_then_fresh(context: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         target.sync(context[:-1])
-        incremental = draft._catch_up(context)
+        incremental = draft.catch_up(context)
         draft.reset()
-        return incremental, draft._catch_up(context)
+        return incremental, draft.catch_up(context)
 
     draft.reset()
     for context in (ids, ids[:100] + ids[200:]):  # the target moves on; then rewrites its past

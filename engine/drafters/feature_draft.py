@@ -26,7 +26,7 @@ from engine.sampling import Sampling, draw, probabilities
 
 class FeatureDraft:
     def __init__(self, target: TorchLlama, net: TorchLlama, fc: torch.Tensor, fc_bias: torch.Tensor,
-                 min_confidence: float = 0.1, siblings: int = 2, sibling_levels: int = 2,
+                 min_path_prob: float = 0.2, siblings: int = 2, sibling_levels: int = 2,
                  sibling_min_prob: float = 0.1):
         target.record_features()
         net.record_features()
@@ -34,8 +34,9 @@ class FeatureDraft:
         self.net = net
         self.fc = fc
         self.fc_bias = fc_bias
-        # Greedy drafting stops at a token the draft itself doubts: it would likely be rejected.
-        self.min_confidence = min_confidence
+        # Greedy drafting stops where the draft's own probability of the whole path so far falls
+        # below this: an estimate of the chance the target accepts that far (EAGLE-2).
+        self.min_path_prob = min_path_prob
         self.siblings, self.sibling_levels, self.sibling_min_prob = siblings, sibling_levels, sibling_min_prob
         self._inputs: list[int] = []  # the context tokens behind the net's true-feature positions
 
@@ -58,9 +59,10 @@ class FeatureDraft:
         return F.linear(torch.cat([self.target.embed_tokens(ids), features], -1), self.fc, self.fc_bias)
 
     @torch.inference_mode()
-    def _catch_up(self, context: Sequence[int]) -> torch.Tensor:
+    def catch_up(self, context: Sequence[int]) -> torch.Tensor:
         """Bring the net's cache to the target's (which holds context[:-1]); return the logits of
-        its last position: the draft's guess at the token after context[-1]."""
+        its last position: the draft's guess at the token after context[-1]. Drafting calls it
+        first; calling it ahead (Engine.prefill) moves that work out of the timed path."""
         end = self.target.length
         common = 0
         for a, b in zip(self._inputs, context[:end + 1]):
@@ -79,22 +81,23 @@ class FeatureDraft:
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: torch.Generator) -> Draft:
         """A chain of up to k tokens. Greedy drafts are a tree: the chain follows the draft's
-        top token; on the first `sibling_levels` levels its next most likely tokens (each at least
+        top token while its path probability stays above `min_path_prob`; on the first
+        `sibling_levels` levels the next most likely tokens (path probability at least
         `sibling_min_prob`) are leaves beside it, free to add (they come from the same logits)
         and verified in the same target pass."""
         if self.target.length == 0:  # no target feature to start from yet
             return Draft()
-        logits = self._catch_up(context)
+        logits = self.catch_up(context)
         tokens: list[int] = []
         parents: list[int] = []
         dists: list[torch.Tensor] = []
-        parent = -1
+        parent, path_p = -1, 1.0
         for level in range(k):
             if sampling.greedy:
                 probs = torch.softmax(logits, -1)
                 top_p, top = probs.topk(1 + self.siblings)
                 token = int(top[0])
-                if tokens and float(top_p[0]) < self.min_confidence:
+                if tokens and path_p * float(top_p[0]) < self.min_path_prob:
                     break
             else:
                 probs = probabilities(logits, sampling)
@@ -105,9 +108,10 @@ class FeatureDraft:
             parents.append(parent)
             if sampling.greedy and level < self.sibling_levels:
                 for p, alt in zip(top_p[1:].tolist(), top[1:].tolist()):
-                    if p >= self.sibling_min_prob:
+                    if path_p * p >= self.sibling_min_prob:
                         tokens.append(alt)
                         parents.append(parent)
+                path_p *= float(top_p[0])
             parent = node
             if level + 1 < k:
                 feature = self.net.features[self.net.length - 1:self.net.length]

@@ -131,7 +131,9 @@ def main(argv: list[str] | None = None) -> None:
             save_checkpoint(ckpt, net.params, opt, step)
             args.out.mkdir(parents=True, exist_ok=True)
             save_file(net.export() | {"head_rows": head_rows}, str(args.out / "model.safetensors"))
-            (args.out / "config.json").write_text(json.dumps(meta | {"trained_steps": step}, indent=2) + "\n")
+            labelled = len(shards) * len(shard["tokens"]) * ids.shape[1]
+            (args.out / "config.json").write_text(json.dumps(
+                meta | {"trained_steps": step, "labelled_tokens_read": labelled}, indent=2) + "\n")
     log(f"done in {(time.monotonic() - started) / 60:.1f} min ({seen} tokens this run)")
 
 
