@@ -17,6 +17,15 @@ def expected_tokens(acceptance: float, k: int) -> float:
     return sum(acceptance ** i for i in range(k + 1))
 
 
+def break_even_probability(pass_cost: Sequence[float], draft_cost: float, width: int = 8) -> float:
+    """The chance of acceptance at which one more draft token pays for itself: what it adds to
+    the pass (the mean extra cost per token of widening a pass to `width`) plus drafting it,
+    over what an accepted token saves (a one-token pass)."""
+    w = min(width, len(pass_cost) - 2)
+    extra = (pass_cost[w + 1] - pass_cost[1]) / w + draft_cost
+    return min(0.9, max(0.05, extra / pass_cost[1]))
+
+
 class DraftLength:
     """Adaptive k from the running acceptance rate and the measured cost of each pass width.
 

@@ -12,6 +12,7 @@ import torch
 from engine.backends.base import Backend
 from engine.calibrate import calibrate, measure_pass_costs
 from engine.decoding import Healing, StopRules, generate_autoregressive, generate_speculative
+from engine.draft_length import break_even_probability
 from engine.draft_loading import load_embedded_draft
 from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModel
@@ -75,23 +76,15 @@ class Engine:
              backend: str = "auto", threads: int | None = None, max_len: int = 4096) -> Engine:
         max_threads = set_threads(threads)
         target, tokenizer = load_model(model, dtype, backend, max_len)
-        drafter: Drafter | None = None
-        if draft == EMBEDDED:  # a trained layer reading the target's own features
-            drafter = load_embedded_draft(target)
-            draft_backend = drafter.net
-        elif draft:
-            draft_backend, draft_tokenizer = load_model(draft, dtype, "torch", max_len)
-            if draft_tokenizer.vocab_size != tokenizer.vocab_size:
-                raise EngineError(
-                    f"draft model's vocabulary ({draft_tokenizer.vocab_size}) differs from the "
-                    f"target's ({tokenizer.vocab_size}): they must share a tokenizer")
-            drafter = DraftModel(draft_backend)
+        drafter = _load_drafter(draft, target, tokenizer, dtype, max_len)
         pass_cost = calibrate(target, cls.K_MAX + 1, max_threads)
         draft_cost = 0.0
         if drafter is not None:
             if hasattr(target, "threads_by_width"):
-                draft_backend.threads_by_width = target.threads_by_width  # its passes are 1 token
-            draft_cost = measure_pass_costs(draft_backend, 1)[1]
+                drafter.backend.threads_by_width = target.threads_by_width  # its passes are 1 token
+            draft_cost = measure_pass_costs(drafter.backend, 1)[1]
+            if isinstance(drafter, FeatureDraft):
+                drafter.min_path_prob = break_even_probability(pass_cost, draft_cost)
         engine = cls(target, tokenizer, drafter, pass_cost=pass_cost, draft_cost=draft_cost)
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
@@ -158,6 +151,20 @@ class Engine:
         text = decode(gen.tokens)
         cut = _first_cut(text, limits)
         return Completion(text if cut is None else text[:cut], gen.tokens, gen.stats)
+
+
+def _load_drafter(spec: str | None, target: Backend, tokenizer: Tokenizer, dtype: str | None,
+                  max_len: int) -> FeatureDraft | DraftModel | None:
+    if spec == EMBEDDED:  # a trained layer reading the target's own features
+        return load_embedded_draft(target)
+    if not spec:
+        return None
+    backend, draft_tokenizer = load_model(spec, dtype, "torch", max_len)
+    if draft_tokenizer.vocab_size != tokenizer.vocab_size:
+        raise EngineError(
+            f"draft model's vocabulary ({draft_tokenizer.vocab_size}) differs from the "
+            f"target's ({tokenizer.vocab_size}): they must share a tokenizer")
+    return DraftModel(backend)
 
 
 def set_threads(threads: int | None) -> int:

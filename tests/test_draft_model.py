@@ -16,8 +16,9 @@ from engine.training.feature_net import FeatureDraftNet
 from engine.training.measure import agreement
 from engine.weights import load_weights
 
-# Measured: see docs/draft_model.md; the floor leaves room for fp32/bf16 and platform differences.
-AGREEMENT_FLOOR = 0.25
+# Measured on this file: 49.3% (fp32, first 384 tokens); 43.0% over 12 held-out files in bf16
+# (docs/draft_model.md). The floor leaves room for platform differences.
+AGREEMENT_FLOOR = 0.40
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def engine(fp32_engine: Engine) -> Engine:
 
 
 def test_engine_load_embedded_draft_shares_the_target_embedding(engine: Engine) -> None:
-    net = engine.draft.net
+    net = engine.draft.backend
     assert net.embed is engine.target.embed
     assert len(net.layers) == 1
     assert "draft" in engine.modes

@@ -25,24 +25,25 @@ from engine.sampling import Sampling, draw, probabilities
 
 
 class FeatureDraft:
-    def __init__(self, target: TorchLlama, net: TorchLlama, fc: torch.Tensor, fc_bias: torch.Tensor,
+    def __init__(self, target: TorchLlama, backend: TorchLlama, fc: torch.Tensor, fc_bias: torch.Tensor,
                  min_path_prob: float = 0.2, siblings: int = 2, sibling_levels: int = 2,
                  sibling_min_prob: float = 0.1):
         target.record_features()
-        net.record_features()
+        backend.record_features()
         self.target = target
-        self.net = net
+        self.backend = backend
         self.fc = fc
         self.fc_bias = fc_bias
         # Greedy drafting stops where the draft's own probability of the whole path so far falls
-        # below this: an estimate of the chance the target accepts that far (EAGLE-2).
+        # below this: an estimate of the chance the target accepts that far (EAGLE-2). Engine.load
+        # sets it from the measured pass costs (draft_length.break_even_probability).
         self.min_path_prob = min_path_prob
         self.siblings, self.sibling_levels, self.sibling_min_prob = siblings, sibling_levels, sibling_min_prob
-        self._inputs: list[int] = []  # the context tokens behind the net's true-feature positions
+        self._inputs: list[int] = []  # the context tokens behind the draft's true-feature positions
 
     def reset(self) -> None:
         """Forget the cache (e.g. after the target's cache was emptied)."""
-        self.net.truncate(0)
+        self.backend.truncate(0)
         self._inputs = []
 
     @torch.inference_mode()
@@ -51,16 +52,16 @@ class FeatureDraft:
         the target's cache must hold): [len(ids) - 1, vocab], row j guessing what follows
         ids[j + 1], as the target's own row j + 1 does."""
         self.reset()
-        return self.net.forward_hidden(self._input(ids[1:], self.target.features[:len(ids) - 1]), ids[1:])
+        return self.backend.forward_hidden(self._input(ids[1:], self.target.features[:len(ids) - 1]), ids[1:])
 
     def _input(self, tokens: Sequence[int], features: torch.Tensor) -> torch.Tensor:
         """fc([e(next tokens); features]) for positions whose next tokens are `tokens`."""
-        ids = torch.tensor(tokens, dtype=torch.long, device=self.net.device)
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.backend.device)
         return F.linear(torch.cat([self.target.embed_tokens(ids), features], -1), self.fc, self.fc_bias)
 
     @torch.inference_mode()
     def catch_up(self, context: Sequence[int]) -> torch.Tensor:
-        """Bring the net's cache to the target's (which holds context[:-1]); return the logits of
+        """Bring the draft's cache to the target's (which holds context[:-1]); return the logits of
         its last position: the draft's guess at the token after context[-1]. Drafting calls it
         first; calling it ahead (Engine.prefill) moves that work out of the timed path."""
         end = self.target.length
@@ -70,13 +71,13 @@ class FeatureDraft:
                 break
             common += 1
         start = max(common - 1, 0)
-        self.net.truncate(start)
+        self.backend.truncate(start)
         for i in range(start, end, PREFILL_CHUNK):
             j = min(i + PREFILL_CHUNK, end)
             x = self._input(context[i + 1:j + 1], self.target.features[i:j])
-            self.net.forward_hidden(x, context[i + 1:j + 1], logits=False)
+            self.backend.forward_hidden(x, context[i + 1:j + 1], logits=False)
         self._inputs = list(context[:end + 1])
-        return self.net.head_logits(self.net.features[end - 1:end])[0]
+        return self.backend.head_logits(self.backend.features[end - 1:end])[0]
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: torch.Generator) -> Draft:
@@ -97,7 +98,7 @@ class FeatureDraft:
                 probs = torch.softmax(logits, -1)
                 top_p, top = probs.topk(1 + self.siblings)
                 token = int(top[0])
-                if tokens and path_p * float(top_p[0]) < self.min_path_prob:
+                if path_p * float(top_p[0]) < self.min_path_prob:
                     break
             else:
                 probs = probabilities(logits, sampling)
@@ -114,6 +115,6 @@ class FeatureDraft:
                 path_p *= float(top_p[0])
             parent = node
             if level + 1 < k:
-                feature = self.net.features[self.net.length - 1:self.net.length]
-                logits = self.net.forward_hidden(self._input([token], feature), [token])[-1]
+                feature = self.backend.features[self.backend.length - 1:self.backend.length]
+                logits = self.backend.forward_hidden(self._input([token], feature), [token])[-1]
         return Draft(tokens, parents, torch.stack(dists) if dists else None)

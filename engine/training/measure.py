@@ -78,7 +78,7 @@ def main() -> None:
           f"{agreement(engine, held[-12:], 512):.4f}")
     context = prompts(engine, held, 1, 256)[0]
     t_ms = one_token_ms(engine.target, context, 20)
-    d_ms = one_token_ms(engine.draft.net, context, 20)
+    d_ms = one_token_ms(engine.draft.backend, context, 20)
     print(f"one-token pass at 256 context: target {t_ms:.1f} ms, draft {d_ms:.1f} ms "
           f"({d_ms / t_ms:.1%})")
     modes = ["ar", "lookup", "draft", "hybrid"]
