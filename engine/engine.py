@@ -14,7 +14,6 @@ from engine.calibrate import calibrate, measure_pass_costs
 from engine.decoding import Healing, StopRules, generate_autoregressive, generate_speculative
 from engine.draft_length import break_even_probability
 from engine.draft_loading import load_embedded_draft
-from engine.drafters.base import Drafter
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.feature_draft import FeatureDraft
 from engine.drafters.hybrid import Hybrid
@@ -60,7 +59,7 @@ class Engine:
 
     K_MAX = 12  # most draft tokens per branch
 
-    def __init__(self, target: Backend, tokenizer: Tokenizer, draft: Drafter | None = None,
+    def __init__(self, target: Backend, tokenizer: Tokenizer, draft: FeatureDraft | DraftModel | None = None,
                  k_max: int = K_MAX, pass_cost: list[float] | None = None, draft_cost: float = 0.0):
         self.target = target
         self.tokenizer = tokenizer
@@ -104,8 +103,8 @@ class Engine:
     def prefill(self, tokens: Sequence[int]) -> None:
         """Fill the caches for a prompt of token ids ahead of `complete` (which reuses them)."""
         self.target.sync(tokens[:-1])
-        if isinstance(self.draft, FeatureDraft) and self.target.length:
-            self.draft.catch_up(tokens)
+        if self.draft is not None:
+            self.draft.prefill(tokens)
 
     def complete(self, prompt: str | Sequence[int], *, mode: str = "lookup", limits: Limits = Limits(),
                  sampling: Sampling = Sampling(), cancel: threading.Event | None = None,

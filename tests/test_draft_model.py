@@ -44,11 +44,15 @@ def test_shipped_file_is_small_and_holds_no_embedding() -> None:
     assert {"head_rows", "fc", "fc_bias"} <= names
 
 
-def held_out_ids(engine: Engine, tokens: int) -> list[int]:
+def held_out_file() -> Path:
     _, held = stdlib_files()
     path = next(f for f in held if f.stat().st_size > 8_000)
     assert is_held_out(path.relative_to(stdlib_root()).as_posix())
-    return engine.tokenizer.encode(path.read_text(encoding="utf-8"))[:tokens]
+    return path
+
+
+def held_out_ids(engine: Engine, tokens: int) -> list[int]:
+    return engine.tokenizer.encode(held_out_file().read_text(encoding="utf-8"))[:tokens]
 
 
 def test_engine_arithmetic_equals_the_training_module(engine: Engine) -> None:
@@ -93,10 +97,17 @@ def test_incremental_cache_equals_a_fresh_one(engine: Engine) -> None:
         assert torch.allclose(incremental, fresh, atol=1e-4)
 
 
+def test_prefill_fills_both_caches(engine: Engine) -> None:
+    """Engine.prefill (the bench's untimed step) leaves the draft caught up with the target."""
+    ids = held_out_ids(engine, 120)
+    engine.draft.reset()
+    engine.prefill(ids)
+    assert engine.target.tokens == ids[:-1]
+    assert engine.draft.backend.length == engine.target.length
+
+
 def test_greedy_agreement_on_a_held_out_file(engine: Engine) -> None:
-    _, held = stdlib_files()
-    path = next(f for f in held if f.stat().st_size > 8_000)
-    assert agreement(engine, [path], 384) >= AGREEMENT_FLOOR
+    assert agreement(engine, [held_out_file()], 384) >= AGREEMENT_FLOOR
 
 
 @pytest.mark.parametrize("prompt", [

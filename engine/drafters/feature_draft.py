@@ -63,7 +63,7 @@ class FeatureDraft:
     def catch_up(self, context: Sequence[int]) -> torch.Tensor:
         """Bring the draft's cache to the target's (which holds context[:-1]); return the logits of
         its last position: the draft's guess at the token after context[-1]. Drafting calls it
-        first; calling it ahead (Engine.prefill) moves that work out of the timed path."""
+        first; `prefill` calls it ahead, out of the timed path."""
         end = self.target.length
         common = 0
         for a, b in zip(self._inputs, context[:end + 1]):
@@ -78,6 +78,11 @@ class FeatureDraft:
             self.backend.forward_hidden(x, context[i + 1:j + 1], logits=False)
         self._inputs = list(context[:end + 1])
         return self.backend.head_logits(self.backend.features[end - 1:end])[0]
+
+    def prefill(self, context: Sequence[int]) -> None:
+        """Read the target's features for `context` (whose cache holds context[:-1]) now."""
+        if self.target.length:
+            self.catch_up(context)
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: torch.Generator) -> Draft:

@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from engine.backends.torch_llama import TorchLlama
 from engine.models import embedded_target_path
 from engine.tokenizer import Tokenizer
-from engine.training.corpus import corpus, log, shuffled_chunks
+from engine.training.data import corpus, log, shuffled_chunks
 from engine.weights import load_weights
 
 

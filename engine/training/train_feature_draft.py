@@ -25,8 +25,7 @@ from safetensors.torch import load_file, save_file
 from engine.models import embedded_target_path
 from engine.tokenizer import Tokenizer
 from engine.training.checkpoint import load_checkpoint, save_checkpoint
-from engine.training.corpus import corpus, log
-from engine.training.data import frequent_tokens
+from engine.training.data import corpus, frequent_tokens, log
 from engine.training.feature_net import FeatureDraftNet
 from engine.weights import load_weights
 
