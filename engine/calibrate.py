@@ -1,35 +1,73 @@
-"""Measuring what a target pass costs on this machine, by width and by thread count.
+"""Measuring, on the machine it runs on, what the target's passes cost, and choosing kernels.
 
-Decoding chooses draft lengths from these costs (engine/draft_length.py). On a small CPU a
-one-token pass is fastest on one thread (two threads spend more on synchronising the small
-matmuls than they save), while a 9-token pass is fastest on all cores; so the torch backend
-switches its thread count per pass width to whichever was measured faster.
+- Prefill kernel: the torch backend can run prefill passes in its stored format or with each
+  layer's matrices dequantized to fp32 or bf16 (engine/kernels.py). Which is fastest differs
+  5-10x between CPUs of the same family, so each candidate is timed on two layers.
+- Pass costs by width and thread count: decoding chooses draft lengths from them
+  (engine/draft_length.py). On a small CPU a one-token pass is fastest on one thread (two
+  threads spend more on synchronising the small matmuls than they save), while a 9-token
+  pass is fastest on all cores; so the torch backend switches its thread count per width.
+
+Measuring takes a few seconds, so the result is kept per machine, model and dtype in the
+user's cache directory; later starts only warm the pass shapes up.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 import time
+from dataclasses import dataclass, field
 
 import torch
 
-from engine.backends.base import Backend
+from engine.backends.base import PREFILL_CHUNK, Backend
+from engine.user_cache import cache_dir, write_atomically
+
+log = logging.getLogger("draftline")
+
+FORMAT = 1  # bump when what is measured changes
+_CONTEXT = 256  # cache length the pass costs are measured at
 
 
-def measure_pass_costs(backend: Backend, max_width: int, context: int = 256,
-                       repeats: int = 3) -> list[float]:
+@dataclass
+class Calibration:
+    pass_cost: list[float]  # seconds per decoding pass by width (index = tokens; [0] unused)
+    prefill_tokens_per_s: float  # a real prefill of _CONTEXT tokens with the chosen kernel
+    prefill_kernel: str = "native"
+    kernel_tokens_per_s: dict[str, float] = field(default_factory=dict)  # each candidate's rate
+    threads_by_width: list[int] | None = None
+
+    def apply(self, backend: Backend) -> None:
+        if hasattr(backend, "prefill_kernel"):
+            backend.prefill_kernel = self.prefill_kernel
+            backend.threads_by_width = self.threads_by_width
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _median_time(run, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[repeats // 2]
+
+
+def measure_pass_costs(backend: Backend, max_width: int, repeats: int = 3) -> list[float]:
     """Seconds per pass for widths 0..max_width (index = tokens in the pass; [0] is unused),
-    measured at a few widths and interpolated linearly."""
+    measured at a few widths over a _CONTEXT-token cache and interpolated linearly."""
     widths = sorted({1, 2, 4, 8, 12, 16, 24, max_width} & set(range(1, max_width + 1)))
     backend.truncate(0)
-    backend.forward([0] * context, logits=False)
-    measured = {}
-    for width in widths:
-        times = []
-        for _ in range(repeats):
-            backend.truncate(context)
-            start = time.perf_counter()
-            backend.forward([0] * width)
-            times.append(time.perf_counter() - start)
-        measured[width] = sorted(times)[repeats // 2]
+    backend.forward([0] * _CONTEXT, logits=False)
+
+    def one(width: int) -> None:
+        backend.truncate(_CONTEXT)
+        backend.forward([0] * width)
+
+    measured = {w: _median_time(lambda: one(w), repeats) for w in widths}
     backend.truncate(0)
     costs = [0.0]
     for width in range(1, max_width + 1):
@@ -40,15 +78,71 @@ def measure_pass_costs(backend: Backend, max_width: int, context: int = 256,
     return costs
 
 
-def calibrate(backend: Backend, max_width: int, max_threads: int) -> list[float]:
-    """Pass costs by width at the best thread count for each width; a backend with a
-    `threads_by_width` table (the torch backend) is told which count that is."""
+def choose_prefill_kernel(backend, candidates: tuple[str, ...], width: int = 96) -> dict[str, float]:
+    """Tokens per second of a prefill pass with each candidate kernel (best of 3 runs on two
+    layers, after one run that pays each kernel's one-time set-up)."""
+    rates = {}
+    for kernel in candidates:
+        backend.time_prefill(kernel, 8)
+        rates[kernel] = 1 / min(backend.time_prefill(kernel, width) for _ in range(3))
+    return rates
+
+
+def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
+    """Everything `Calibration` holds, measured now (a few seconds)."""
+    from engine.kernels import prefill_candidates
+
+    torch.set_num_threads(max_threads)
+    cal = Calibration(pass_cost=[], prefill_tokens_per_s=0.0)
+    if hasattr(backend, "time_prefill"):
+        backend.truncate(0)
+        cal.kernel_tokens_per_s = choose_prefill_kernel(
+            backend, prefill_candidates(backend.dtype, backend.int8))
+        cal.prefill_kernel = max(cal.kernel_tokens_per_s, key=cal.kernel_tokens_per_s.get)
+        backend.prefill_kernel = cal.prefill_kernel
+    backend.truncate(0)
+    cal.prefill_tokens_per_s = _CONTEXT / _median_time(
+        lambda: (backend.truncate(0), backend.forward([0] * _CONTEXT, logits=False)), 1)
     if not hasattr(backend, "threads_by_width") or max_threads <= 1:
-        return measure_pass_costs(backend, max_width)
+        cal.pass_cost = measure_pass_costs(backend, max_width)
+        return cal
     by_threads = {}
     for threads in sorted({1, max_threads}):
         torch.set_num_threads(threads)
+        backend.threads_by_width = [threads] * (max_width + 1) + [max_threads]
         by_threads[threads] = measure_pass_costs(backend, max_width)
-    best = [min(by_threads, key=lambda t: by_threads[t][width]) for width in range(max_width + 1)]
-    backend.threads_by_width = best
-    return [by_threads[best[width]][width] for width in range(max_width + 1)]
+    # Prefill chunks (wider than any decoding pass) run on all cores.
+    cal.threads_by_width = [min(by_threads, key=lambda t: by_threads[t][w]) for w in range(max_width + 1)]
+    cal.threads_by_width.append(max_threads)
+    cal.pass_cost = [by_threads[cal.threads_by_width[w]][w] for w in range(max_width + 1)]
+    cal.apply(backend)
+    return cal
+
+
+def warm_up(backend: Backend, max_width: int) -> None:
+    """Run each pass shape decoding uses once, so the first request pays no kernel set-up."""
+    backend.truncate(0)
+    backend.forward([0] * min(PREFILL_CHUNK, 64), logits=False)
+    for width in (1, 2, max_width):
+        backend.forward([0] * width)
+    backend.truncate(0)
+
+
+def load_or_measure(backend: Backend, max_width: int, max_threads: int, key: str) -> Calibration:
+    """The calibration kept for `key` (machine, model, dtype), else a new one, kept."""
+    path = cache_dir("calibration") / f"{key}-v{FORMAT}.json"
+    try:
+        cal = Calibration(**json.loads(path.read_text()))
+        if len(cal.pass_cost) == max_width + 1:
+            cal.apply(backend)
+            torch.set_num_threads(max_threads)
+            warm_up(backend, max_width)
+            return cal
+    except (OSError, ValueError, TypeError):
+        pass  # absent or unreadable: measure again
+    cal = measure(backend, max_width, max_threads)
+    try:
+        write_atomically(path, lambda tmp: tmp.write_text(json.dumps(cal.as_dict())))
+    except OSError as exc:
+        log.warning("could not keep the calibration: %s", exc)
+    return cal

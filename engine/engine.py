@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.backends.base import Backend
-from engine.calibrate import calibrate, measure_pass_costs
+from engine.calibrate import Calibration, load_or_measure, measure_pass_costs
 from engine.decoding import Healing, StopRules, generate_autoregressive, generate_speculative
 from engine.draft_length import break_even_probability
 from engine.draft_loading import load_embedded_draft
@@ -20,10 +20,11 @@ from engine.drafters.hybrid import Hybrid
 from engine.drafters.prompt_lookup import PromptLookup
 from engine.errors import EngineError
 from engine.healing import Healer
-from engine.models import EMBEDDED, load_model
+from engine.models import EMBEDDED, load_model, resolve
 from engine.sampling import Sampling
 from engine.stats import Stats
 from engine.tokenizer import Tokenizer
+from engine.user_cache import content_key, machine_key
 
 MODES = ("ar", "lookup", "draft", "hybrid")
 
@@ -69,6 +70,7 @@ class Engine:
         self.pass_cost = pass_cost  # seconds per target pass by width (draft_length.py)
         self.draft_cost = draft_cost  # seconds per token the draft model drafts
         self.healer = Healer(tokenizer)
+        self.calibration: Calibration | None = None  # set by `load`: kernels and pass costs
 
     @classmethod
     def load(cls, model: str = EMBEDDED, draft: str | None = None, dtype: str | None = None,
@@ -76,7 +78,9 @@ class Engine:
         max_threads = set_threads(threads)
         target, tokenizer = load_model(model, dtype, backend, max_len)
         drafter = _load_drafter(draft, target, tokenizer, dtype, max_len)
-        pass_cost = calibrate(target, cls.K_MAX + 1, max_threads)
+        calibration = load_or_measure(target, cls.K_MAX + 1, max_threads,
+                                      _calibration_key(model, target, max_threads))
+        pass_cost = calibration.pass_cost
         draft_cost = 0.0
         if drafter is not None:
             if hasattr(target, "threads_by_width"):
@@ -85,6 +89,7 @@ class Engine:
             if isinstance(drafter, FeatureDraft):
                 drafter.min_path_prob = break_even_probability(pass_cost, draft_cost)
         engine = cls(target, tokenizer, drafter, pass_cost=pass_cost, draft_cost=draft_cost)
+        engine.calibration = calibration
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
 
@@ -164,6 +169,12 @@ def _load_drafter(spec: str | None, target: Backend, tokenizer: Tokenizer, dtype
             f"draft model's vocabulary ({draft_tokenizer.vocab_size}) differs from the "
             f"target's ({tokenizer.vocab_size}): they must share a tokenizer")
     return DraftModel(backend)
+
+
+def _calibration_key(model: str, target: Backend, threads: int) -> str:
+    """Measurements hold for this machine, model file, weight format and cache size."""
+    kind = f"{type(target).__name__}-{getattr(target, 'dtype', '')}-int8={getattr(target, 'int8', False)}"
+    return f"{machine_key(threads)}-{content_key(resolve(model))}-{kind}-{target.max_len}".replace("torch.", "")
 
 
 def set_threads(threads: int | None) -> int:

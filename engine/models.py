@@ -9,8 +9,9 @@ import torch
 
 from engine.backends.base import Backend
 from engine.errors import BackendUnavailable, ModelLoadError
+from engine import tokenizer_cache, weight_cache
 from engine.tokenizer import Tokenizer
-from engine.weights import load_weights
+from engine.weights import LoadedWeights, load_weights
 
 log = logging.getLogger("draftline")
 
@@ -80,11 +81,21 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
         raise ModelLoadError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
     from engine.backends.torch_llama import TorchLlama
 
-    weights = load_weights(path)
-    if weights.gguf_metadata is not None:
-        tokenizer = Tokenizer.from_gguf_metadata(weights.gguf_metadata, path)
-    else:
-        tokenizer = Tokenizer.from_folder(path)
+    tokenizer, weights = tokenizer_cache.load(path), weight_cache.load(path, dtype)
+    if tokenizer is None or weights is None:  # first start with this file: convert and keep
+        loaded = load_weights(path)
+        if tokenizer is None:
+            tokenizer = _tokenizer(loaded, path)
+            tokenizer_cache.save(tokenizer, path)
+        if weights is None:
+            weights = weight_cache.convert(loaded, DTYPES[dtype], int8=dtype == "int8")
+            weight_cache.save(weights, path, dtype)
     log.info("loaded %s (%d layers, %s, %s)", path.name, weights.config.n_layers, dtype, device)
     model = TorchLlama(weights, DTYPES[dtype], max_len=max_len, device=device, int8=dtype == "int8")
     return model, tokenizer
+
+
+def _tokenizer(weights: LoadedWeights, path: Path) -> Tokenizer:
+    if weights.gguf_metadata is not None:
+        return Tokenizer.from_gguf_metadata(weights.gguf_metadata, path)
+    return Tokenizer.from_folder(path)

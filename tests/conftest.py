@@ -2,6 +2,10 @@
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Converted weights and measurements (engine/user_cache.py) go to the checkout's own cache,
+# not the user's; the servers the tests start inherit this.
+os.environ.setdefault("DRAFTLINE_CACHE_DIR",
+                      os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "user"))
 
 import pytest  # noqa: E402
 

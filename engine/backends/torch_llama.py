@@ -7,6 +7,7 @@ Runs on the CPU, or on CUDA when asked.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import time
 from dataclasses import dataclass
 
 import torch
@@ -14,37 +15,8 @@ import torch.nn.functional as F
 
 from engine.backends.base import Backend
 from engine.errors import EngineError
+from engine.kernels import Int8Weight, Weight, compute_dtype, linear, weight_nbytes
 from engine.weights import LlamaConfig, LoadedWeights
-
-
-@dataclass
-class Int8Weight:
-    """Weight-only int8 with one scale per output row; activations stay bf16.
-
-    A one-token pass is bound by memory bandwidth, so halving the bytes of bf16 weights
-    makes it nearly twice as fast on a CPU (multi-token passes gain less)."""
-    q: torch.Tensor  # int8 [out, in]
-    scale: torch.Tensor  # bf16 [out]
-
-    @classmethod
-    def quantize(cls, w: torch.Tensor) -> Int8Weight:
-        w = w.float()
-        scale = w.abs().amax(dim=1).clamp(min=1e-8) / 127
-        q = (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
-        return cls(q.contiguous(), scale.to(torch.bfloat16))
-
-    def select(self, rows: torch.Tensor) -> Int8Weight:
-        return Int8Weight(self.q[rows].contiguous(), self.scale[rows].contiguous())
-
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.q[ids].to(torch.bfloat16) * self.scale[ids, None]
-
-    @property
-    def nbytes(self) -> int:
-        return self.q.numel() + self.scale.numel() * 2
-
-
-Weight = torch.Tensor | Int8Weight
 
 
 @dataclass
@@ -56,14 +28,6 @@ class _Layer:
     ffn_norm: torch.Tensor
     w_gate_up: Weight
     w_down: Weight
-
-
-def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    if isinstance(w, torch.Tensor):
-        return F.linear(x, w, bias)
-    y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), w.q, w.scale)
-    y = y.view(*x.shape[:-1], -1)
-    return y if bias is None else y + bias
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -118,6 +82,8 @@ class TorchLlama(Backend):
         self.max_len = min(max_len, c.max_position)
         # torch threads for a pass of n tokens: threads_by_width[min(n, last)] (engine/calibrate.py)
         self.threads_by_width: list[int] | None = None
+        # How passes without logits (prefill) multiply: engine/kernels.py, chosen at load.
+        self.prefill_kernel = "native"
         # The final normed hidden state of every cached position, once `record_features` is
         # called: a feature-conditioned draft (engine/drafters/feature_draft.py) reads them.
         self.features: torch.Tensor | None = None
@@ -127,6 +93,10 @@ class TorchLlama(Backend):
 
         def matrix(w: Weight) -> Weight:
             return Int8Weight.quantize(w) if int8 and not isinstance(w, Int8Weight) else cast(w)
+
+        def fused(*parts: Weight) -> Weight:
+            parts = [matrix(w) for w in parts]
+            return Int8Weight.cat(parts) if int8 else torch.cat(parts)
 
         self.embed = matrix(t["embed"])
         self.head = self.embed if c.tie_embeddings else matrix(t["lm_head"])
@@ -141,11 +111,11 @@ class TorchLlama(Backend):
             biases = [t.get(p + b) for b in ("bq", "bk", "bv")]
             self.layers.append(_Layer(
                 attn_norm=cast(t[p + "attn_norm"]),
-                wqkv=matrix(torch.cat([t[p + "wq"], t[p + "wk"], t[p + "wv"]])),
+                wqkv=fused(t[p + "wq"], t[p + "wk"], t[p + "wv"]),
                 bqkv=cast(torch.cat(biases)) if all(b is not None for b in biases) else None,
                 wo=matrix(t[p + "wo"]),
                 ffn_norm=cast(t[p + "ffn_norm"]),
-                w_gate_up=matrix(torch.cat([t[p + "w_gate"], t[p + "w_up"]])),
+                w_gate_up=fused(t[p + "w_gate"], t[p + "w_up"]),
                 w_down=matrix(t[p + "w_down"]),
             ))
         hd = c.dim_per_head
@@ -164,8 +134,7 @@ class TorchLlama(Backend):
         tensors = [self.embed, self.norm] + ([] if self.head is self.embed else [self.head])
         for layer in self.layers:
             tensors += [w for w in vars(layer).values() if w is not None]
-        return sum(w.nbytes if isinstance(w, Int8Weight) else w.numel() * w.element_size()
-                   for w in tensors)
+        return sum(weight_nbytes(w) for w in tensors)
 
     def record_features(self) -> None:
         """Keep the final normed hidden state of each cached position in `features`."""
@@ -187,15 +156,38 @@ class TorchLlama(Backend):
                        parents: Sequence[int] | None = None, logits: bool = True) -> torch.Tensor | None:
         """`forward` from input vectors x [n, hidden] instead of token embeddings; `tokens`
         are what the cache records for them."""
-        c = self.config
         n, start = len(tokens), self.length
         if n == 0:
             raise ValueError("forward needs at least one token")
         if start + n > self.max_len:
             raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
-        dev = self.device
         if self.threads_by_width:
             torch.set_num_threads(self.threads_by_width[min(n, len(self.threads_by_width) - 1)])
+        kernel = "native" if logits else self.prefill_kernel
+        x = self._layers(x, start, parents, len(self.layers), kernel)
+        self.tokens.extend(tokens)
+        if not logits and self.features is None:
+            return None
+        x = rms_norm(x, self.norm, self.config.rms_eps).to(self.dtype)
+        if self.features is not None:
+            self.features[start:start + n] = x
+        return self.head_logits(x) if logits else None
+
+    @torch.inference_mode()
+    def time_prefill(self, kernel: str, width: int, layers: int = 2) -> float:
+        """Seconds per token of a prefill pass of `width` tokens with `kernel`, estimated from
+        its first `layers` layers. Writes only cache positions past `tokens` (not kept)."""
+        width = min(width, self.max_len - self.length)
+        x = self.embed_tokens(torch.zeros(width, dtype=torch.long, device=self.device))
+        started = time.perf_counter()
+        self._layers(x, self.length, None, min(layers, len(self.layers)), kernel)
+        return (time.perf_counter() - started) / width * len(self.layers) / min(layers, len(self.layers))
+
+    def _layers(self, x: torch.Tensor, start: int, parents: Sequence[int] | None, count: int,
+                kernel: str) -> torch.Tensor:
+        """Run the first `count` layers over x [n, hidden] at cache positions start..start+n,
+        writing their keys and values; returns the last hidden state (in the kernel's dtype)."""
+        c, dev, n = self.config, self.device, len(x)
         if parents is None:
             pos = torch.arange(start, start + n, device=dev)
             local = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
@@ -205,29 +197,27 @@ class TorchLlama(Backend):
         # One-token passes need no mask; the multi-token mask sees all of the cache.
         mask = None if n == 1 else torch.cat(
             [torch.ones(n, start, dtype=torch.bool, device=dev), local], dim=1)
-        cos, sin = self.cos[pos], self.sin[pos]
+        dtype = compute_dtype(kernel, self.dtype)
+        dequantize = kernel != "native"
+        x = x.to(dtype)
+        cos, sin = self.cos[pos].to(dtype), self.sin[pos].to(dtype)
         hd, nh, nkv = c.dim_per_head, c.n_heads, c.n_kv_heads
         end = start + n
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layers[:count]):
             h = rms_norm(x, layer.attn_norm, c.rms_eps)
-            q, k, v = linear(h, layer.wqkv, layer.bqkv).split([nh * hd, nkv * hd, nkv * hd], -1)
+            q, k, v = linear(h, layer.wqkv, layer.bqkv, dequantize).split([nh * hd, nkv * hd, nkv * hd], -1)
             q = q.view(n, nh, hd).transpose(0, 1)
             k = k.view(n, nkv, hd).transpose(0, 1)
             q = q * cos + _rotate_half(q) * sin
             self.k_cache[i, :, start:end] = k * cos + _rotate_half(k) * sin
             self.v_cache[i, :, start:end] = v.view(n, nkv, hd).transpose(0, 1)
-            attn = self._attention(q, self.k_cache[i, :, :end], self.v_cache[i, :, :end], mask)
-            x = x + linear(attn, layer.wo)
+            attn = self._attention(q, self.k_cache[i, :, :end].to(dtype),
+                                   self.v_cache[i, :, :end].to(dtype), mask)
+            x = x + linear(attn, layer.wo, None, dequantize)
             h = rms_norm(x, layer.ffn_norm, c.rms_eps)
-            gate, up = linear(h, layer.w_gate_up).chunk(2, dim=-1)
-            x = x + linear(F.silu(gate) * up, layer.w_down)
-        self.tokens.extend(tokens)
-        if not logits and self.features is None:
-            return None
-        x = rms_norm(x, self.norm, c.rms_eps)
-        if self.features is not None:
-            self.features[start:end] = x
-        return self.head_logits(x) if logits else None
+            gate, up = linear(h, layer.w_gate_up, None, dequantize).chunk(2, dim=-1)
+            x = x + linear(F.silu(gate) * up, layer.w_down, None, dequantize)
+        return x
 
     def head_logits(self, features: torch.Tensor) -> torch.Tensor:
         """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""
