@@ -33,8 +33,10 @@ class StopRules:
     max_new_tokens: int = 64
     eos_ids: frozenset[int] = frozenset()
     should_stop: Callable[[list[int]], bool] | None = None  # e.g. a stop string in the text
-    deadline: float | None = None  # time.monotonic() value
     cancel: threading.Event | None = None
+    # Called once the prompt is in the cache, before the first token: a caller that bounds
+    # decoding time (the server's time budget) starts its clock then, not before a cold prefill.
+    on_prefilled: Callable[[], None] | None = None
 
 
 class _Output:
@@ -60,12 +62,9 @@ class _Output:
                 self.stop_reason = "stop"
 
     def interrupted(self) -> bool:
-        """Cancellation and the deadline are checked between passes. The deadline only cuts
-        once something was generated: a slow prefill must not turn into an empty answer."""
+        """Cancellation is checked between passes."""
         if self.rules.cancel is not None and self.rules.cancel.is_set():
             self.stop_reason = "cancelled"
-        elif self.rules.deadline is not None and self.tokens and time.monotonic() >= self.rules.deadline:
-            self.stop_reason = "deadline"
         return bool(self.stop_reason)
 
     @property
@@ -90,14 +89,16 @@ def _ms_since(t: float) -> float:
     return (time.perf_counter() - t) * 1000
 
 
-def _prefill(target: Backend, prompt: Sequence[int], stats: Stats) -> int:
+def _prefill(target: Backend, prompt: Sequence[int], out: _Output) -> int:
     """Sync the cache to prompt[:-1]; return the last prompt token (fed by the first pass)."""
     if not prompt:
         raise ValueError("the prompt is empty")
     t = time.perf_counter()
-    stats.prompt_tokens = len(prompt)
-    stats.reused_tokens = target.sync(prompt[:-1])
-    stats.prefill_ms = _ms_since(t)
+    out.stats.prompt_tokens = len(prompt)
+    out.stats.reused_tokens = target.sync(prompt[:-1], out.rules.cancel)
+    out.stats.prefill_ms = _ms_since(t)
+    if out.rules.on_prefilled is not None:
+        out.rules.on_prefilled()
     return prompt[-1]
 
 
@@ -132,7 +133,7 @@ def _begin(target: Backend, prompt: Sequence[int], rules: StopRules, sampling: S
     token (not yet in the cache) and the random generator."""
     out = _Output(rules, Stats())
     generator = sampling.generator()
-    current = _prefill(target, prompt, out.stats)
+    current = _prefill(target, prompt, out)
     return out, _heal(target, current, healing, out, sampling, generator), generator
 
 

@@ -17,6 +17,7 @@ class Metrics:
         self.generated = 0  # answered by running the model
         self.cancelled = 0  # superseded or cancelled by the client
         self.cache_hits = 0  # answered from the typed-through cache
+        self.continued = 0  # answered empty at the time budget; finished in the background
         self.accepted = 0  # suggestions the client reported as taken
         self.shown = 0
         self.drafted_tokens = 0
@@ -36,7 +37,7 @@ class Metrics:
     def as_dict(self, state: str) -> dict:
         lat = list(self.latencies_ms)
         return {"requests": self.requests, "generated": self.generated,
-                "cancelled": self.cancelled, "cacheHits": self.cache_hits,
+                "cancelled": self.cancelled, "cacheHits": self.cache_hits, "continued": self.continued,
                 "accepted": self.accepted, "shown": self.shown,
                 "acceptanceRate": self.acceptance_rate, "p50Ms": _percentile(lat, 0.5),
                 "p95Ms": _percentile(lat, 0.95), "lastLatencyMs": self.last_latency_ms,

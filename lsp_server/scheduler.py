@@ -1,12 +1,18 @@
-"""One model worker thread, one live job per document: a new request for a document
-cancels the job in flight for it (editors such as Neovim 0.12 do not cancel on keystrokes)."""
+"""One model worker thread, one live job per document.
+
+- A new request for a document cancels the job in flight for it (editors such as Neovim 0.12
+  do not cancel on keystrokes), unless that job computes the same spot: then it joins it.
+- A job nobody waits for any more (its request answered at the time budget) goes on in the
+  background, so the next request at that spot gets the whole line; any new job cancels it.
+"""
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -15,42 +21,94 @@ class Superseded(Exception):
     """The job was cancelled: a newer request for the document, or $/cancelRequest."""
 
 
+@dataclass(eq=False)
+class Job:
+    key: str  # the document
+    spot: Hashable  # what it computes: a request for the same spot joins it
+    future: asyncio.Future
+    cancel: threading.Event = field(default_factory=threading.Event)
+    prefilled: asyncio.Event = field(default_factory=asyncio.Event)  # decoding has begun
+    background: bool = False  # its request was answered; nobody waits for it
+
+    def mark_prefilled(self) -> None:
+        """Callable from the model thread."""
+        self.future.get_loop().call_soon_threadsafe(self.prefilled.set)
+
+
 class Scheduler:
     def __init__(self) -> None:
         # All model work happens on this single thread: the engine is not reentrant.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draftline-model")
-        self._live: dict[str, threading.Event] = {}
+        self._live: dict[str, Job] = {}
+        self._arrivals: dict[str, int] = {}
 
     async def call(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the model thread (model loading, for instance)."""
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn)
 
-    async def run(self, key: str, fn: Callable[[threading.Event], T], delay_s: float = 0) -> T:
-        """Run `fn(cancel)` on the model thread as the one live job for `key`.
-
-        Raises Superseded when a newer job for `key` arrived first or cancelled it midway;
-        `fn` should watch `cancel` and return early when it is set."""
-        if (previous := self._live.get(key)) is not None:
-            previous.set()
-        cancel = self._live[key] = threading.Event()
-        try:
-            if delay_s > 0:
-                await asyncio.sleep(delay_s)  # debounce: a newer keystroke cancels this one
-            if cancel.is_set():
+    async def debounce(self, key: str, delay_s: float) -> None:
+        """Wait `delay_s`; raise Superseded if another request for `key` arrived meanwhile."""
+        ticket = self._arrivals[key] = self._arrivals.get(key, 0) + 1
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+            if self._arrivals.get(key) != ticket:
                 raise Superseded
-            result = await asyncio.get_running_loop().run_in_executor(
-                self._worker, lambda: None if cancel.is_set() else fn(cancel))
-        except asyncio.CancelledError:  # $/cancelRequest: stop the thread's work too
-            cancel.set()
-            raise
-        finally:
-            if self._live.get(key) is cancel:
+
+    def arrivals(self, key: str) -> int:
+        """How many requests for `key` have arrived (to tell whether typing paused)."""
+        return self._arrivals.get(key, 0)
+
+    def submit(self, key: str, spot: Hashable, fn: Callable[[Job], Any],
+               background: bool = False) -> tuple[Job, bool]:
+        """The live job for `key` at `spot` (joined), or a new job running `fn(job)` on the
+        model thread; returns (job, created). A new job cancels the other job for `key` and
+        every background job: `fn` should watch `job.cancel` and return early."""
+        live = self._live.get(key)
+        if live is not None and live.spot == spot and not live.cancel.is_set():
+            live.background = background
+            return live, False
+        for job in list(self._live.values()):
+            if job.key == key or job.background:
+                job.cancel.set()
+        loop = asyncio.get_running_loop()
+        job = Job(key, spot, loop.create_future(), background=background)
+        work = loop.run_in_executor(self._worker, lambda: None if job.cancel.is_set() else fn(job))
+        self._live[key] = job
+
+        def settle(done: asyncio.Future) -> None:
+            if self._live.get(key) is job:
                 del self._live[key]
-        if cancel.is_set():
+            if job.future.done():
+                return
+            if done.cancelled():
+                job.future.cancel()
+            elif done.exception() is not None:
+                job.future.set_exception(done.exception())
+            else:
+                job.future.set_result(done.result())
+            job.prefilled.set()
+
+        work.add_done_callback(settle)
+        return job, True
+
+    async def wait(self, job: Job, budget_s: float | None) -> Any:
+        """The job's result. With a budget, at most `budget_s` after its prefill: past that the
+        job goes on in the background and TimeoutError is raised. Raises Superseded when the
+        job was cancelled; $/cancelRequest (CancelledError) cancels it."""
+        try:
+            await job.prefilled.wait()
+            result = await asyncio.wait_for(asyncio.shield(job.future), budget_s)
+        except TimeoutError:
+            job.background = True
+            raise
+        except asyncio.CancelledError:
+            job.cancel.set()
+            raise
+        if job.cancel.is_set():
             raise Superseded
         return result
 
     def shutdown(self) -> None:
-        for cancel in self._live.values():
-            cancel.set()
+        for job in self._live.values():
+            job.cancel.set()
         self._worker.shutdown(wait=False, cancel_futures=True)

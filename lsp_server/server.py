@@ -18,7 +18,7 @@ from engine.stdout_guard import claim_stdout
 from lsp_server import context, suggest
 from lsp_server.metrics import Metrics
 from lsp_server.protocol import AnsweringProtocol
-from lsp_server.scheduler import Scheduler, Superseded
+from lsp_server.scheduler import Job, Scheduler, Superseded
 from lsp_server.settings import Settings, merge
 from lsp_server.typed_through import TypedThroughCache
 from lsp_server.workspace import WorkspaceIndex
@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 STATUS = "draftline/status"
 INDEX_DELAY_S = 0.5  # re-index a changed document once typing pauses
+EXTEND_IDLE_S = 1.0  # prefill a shortened prompt's full window after this long without requests
 ALTERNATIVE = Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=0)  # for invoked requests
 
 
@@ -124,7 +125,9 @@ class DraftlineServer(LanguageServer):
         if not p:
             self.typed.forget(uri)
             return cursor, []
-        if (rest := self.typed.lookup(uri, cursor.prefix, cursor.suffix)) is not None:
+        # An invoked request asks for alternatives: the model runs again.
+        rest = self.typed.lookup(uri, cursor.prefix, cursor.suffix) if alternatives == 1 else None
+        if rest is not None:
             self.metrics.cache_hits += 1
             self.typed.remember(uri, cursor.prefix, cursor.suffix, rest)
             self.metrics.answered((time.perf_counter() - started) * 1000)
@@ -134,32 +137,59 @@ class DraftlineServer(LanguageServer):
             return cursor, []  # still loading (or failed): answer at once, never hang
         snippets = self.snippets_for(uri, cursor)
 
-        def work(cancel):
-            runs = [suggest.generate(engine, p, settings, snippets, cancel)]
-            if alternatives > 1 and not cancel.is_set():
-                runs.append(suggest.generate(engine, p, settings, snippets, cancel, ALTERNATIVE))
+        def work(job: Job) -> list[suggest.Suggestion]:
+            runs = [suggest.generate(engine, p, settings, snippets, job.cancel,
+                                     on_prefilled=job.mark_prefilled)]
+            if alternatives > 1 and not job.cancel.is_set():
+                runs.append(suggest.generate(engine, p, settings, snippets, job.cancel, ALTERNATIVE))
             return runs
 
         try:
-            runs = await self.scheduler.run(uri, work, settings.debounceMs / 1000)
+            await self.scheduler.debounce(uri, settings.debounceMs / 1000)
+            job, created = self.scheduler.submit(uri, (cursor, alternatives, settings), work)
+            if created:
+                job.future.add_done_callback(lambda f: self._finished(uri, cursor, job))
+            runs = await self.scheduler.wait(job, settings.timeBudgetMs / 1000 or None)
         except Superseded:
             self.metrics.cancelled += 1
             return cursor, []
         except asyncio.CancelledError:
             self.metrics.cancelled += 1
             raise
+        except TimeoutError:  # never a fragment: the job goes on, the next request gets it
+            self.metrics.continued += 1
+            return cursor, []
         except EngineError as exc:
             log.error("completion failed: %s", exc)
             return cursor, []
-        self.metrics.generated += 1
-        for _, stats in runs:
-            self.metrics.drafted_tokens += stats.drafted
-            self.metrics.accepted_tokens += stats.accepted
-        texts = list(dict.fromkeys(t for t, _ in runs if t))  # distinct, best first
-        self.typed.remember(uri, cursor.prefix, cursor.suffix, texts[0] if texts else "")
+        texts = list(dict.fromkeys(run.text for run in runs if run.text))  # distinct, best first
         self.metrics.answered((time.perf_counter() - started) * 1000)
         self.status()
         return cursor, texts
+
+    def _finished(self, uri: str, cursor: context.Cursor, job: Job) -> None:
+        """A suggestion job ended, answered in time or in the background: count it, keep its
+        text for the next request there, and extend a shortened window once typing pauses."""
+        if job.future.cancelled() or job.future.exception() is not None or job.cancel.is_set():
+            return
+        runs = job.future.result()
+        self.metrics.generated += 1
+        for run in runs:
+            self.metrics.drafted_tokens += run.stats.drafted
+            self.metrics.accepted_tokens += run.stats.accepted
+        self.typed.remember(uri, cursor.prefix, cursor.suffix, runs[0].text)
+        if runs[0].full_prompt is not None:
+            self._extend_later(uri, runs[0].full_prompt)
+
+    def _extend_later(self, uri: str, prompt: str | list[int]) -> None:
+        arrivals, engine = self.scheduler.arrivals(uri), self.engine
+
+        def extend() -> None:
+            if self.scheduler.arrivals(uri) == arrivals and self.engine is engine:
+                self.scheduler.submit(uri, ("extend", id(prompt)), lambda job: engine.prefill(
+                    engine.prompt_tokens(prompt), job.cancel), background=True)
+
+        asyncio.get_running_loop().call_later(EXTEND_IDLE_S, extend)
 
 
 server = DraftlineServer()

@@ -3,12 +3,13 @@ model thread, plus the UTF-16 position arithmetic LSP needs."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine import Engine, Limits, Sampling
 from engine.stats import Stats
 from lsp_server import postprocess
-from lsp_server.context import Cursor, build_prompt
+from lsp_server.context import Budget, Cursor, build_prompt
 from lsp_server.settings import Settings
 
 
@@ -49,14 +50,39 @@ def plan(cursor: Cursor, settings: Settings) -> Plan | None:
                 cursor)
 
 
+# The most a request at a new spot may spend prefilling. A larger window's prompt is
+# prefilled in the background once typing pauses, for the requests after it.
+COLD_PREFILL_S = 1.0
+
+
+def prompt_for(engine: Engine, cursor: Cursor, snippets: str) -> tuple[str | list[int], str | list[int] | None]:
+    """The prompt for this request, and the full-window prompt to prefill later when this
+    one had to be shortened (None when it is the full one): a cold 2k-token file on a slow
+    CPU would otherwise wait a minute for its first suggestion."""
+    tokenizer, max_len = engine.tokenizer, engine.target.max_len
+    full = build_prompt(cursor, tokenizer, max_len, snippets)
+    if engine.prefill_seconds(full) <= COLD_PREFILL_S:
+        return full, None
+    fits = int(engine.calibration.prefill_tokens_per_s * COLD_PREFILL_S)
+    budget = Budget(prefix_tokens=max(32, fits * 4 // 5), suffix_tokens=fits // 5, snippet_tokens=0)
+    return build_prompt(cursor, tokenizer, max_len, "", budget), full
+
+
+@dataclass
+class Suggestion:
+    text: str
+    stats: Stats
+    full_prompt: str | list[int] | None  # see prompt_for
+
+
 def generate(engine: Engine, p: Plan, settings: Settings, snippets: str,
-             cancel: threading.Event, sampling: Sampling = Sampling()) -> tuple[str, Stats]:
+             cancel: threading.Event, sampling: Sampling = Sampling(),
+             on_prefilled: Callable[[], None] | None = None) -> Suggestion:
     """Run the model for plan `p` (on the model thread) and clean its text."""
-    prompt = build_prompt(p.cursor, engine.tokenizer, engine.target.max_len, snippets)
-    limits = Limits(max_new_tokens=settings.maxTokens,
-                    deadline_ms=settings.timeBudgetMs or None,
+    prompt, full = prompt_for(engine, p.cursor, snippets)
+    limits = Limits(max_new_tokens=settings.maxTokens, on_prefilled=on_prefilled,
                     stop_when=postprocess.stop_rule(p.multiline, p.cursor.line_before))
     result = engine.complete(prompt, mode=settings.mode, limits=limits, sampling=sampling,
                              cancel=cancel)
     text = postprocess.clean(result.text, p.cursor.line_after, p.cursor.following_lines())
-    return text, result.stats
+    return Suggestion(text, result.stats, full)

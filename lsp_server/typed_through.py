@@ -23,12 +23,13 @@ class TypedThroughCache:
             self._shown.pop(uri, None)
 
     def lookup(self, uri: str, prefix: str, suffix: str) -> str | None:
-        """The rest of the shown suggestion if the user typed its start, else None."""
+        """The rest of the suggestion made here if the user typed its start (or nothing yet),
+        else None."""
         shown = self._shown.get(uri)
         if shown is None or suffix != shown.suffix or not prefix.startswith(shown.prefix):
             return None
         typed = prefix[len(shown.prefix):]
-        if not typed or not shown.text.startswith(typed) or len(typed) >= len(shown.text):
+        if not shown.text.startswith(typed) or len(typed) >= len(shown.text):
             return None
         return shown.text[len(typed):]
 

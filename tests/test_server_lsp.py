@@ -166,13 +166,52 @@ async def test_new_request_cancels_previous_for_same_document(client: LanguageCl
     uri = open_doc(client, "prev.py", block)
     before = await stats(client)
     first = client.text_document_inline_completion_async(inline_params(uri, *end_of(block)))
-    second = client.text_document_inline_completion_async(inline_params(uri, *end_of(block)))
+    second = client.text_document_inline_completion_async(inline_params(uri, 0, len("class Stack:")))
     results = await asyncio.gather(first, second)
     after = await stats(client)
     close_doc(client, uri)
     assert results[0] is None and results[1] is not None
     assert after["cancelled"] == before["cancelled"] + 1
     assert after["generated"] == before["generated"] + 1
+
+
+async def test_requests_for_the_same_spot_share_one_generation(client: LanguageClient):
+    block = "class Queue:\n    def put(self, item):"
+    uri = open_doc(client, "same.py", block)
+    before = await stats(client)
+    results = await asyncio.gather(*(client.text_document_inline_completion_async(
+        inline_params(uri, *end_of(block))) for _ in range(2)))
+    after = await stats(client)
+    close_doc(client, uri)
+    assert results[0] is not None and results[0] == results[1]
+    assert after["generated"] == before["generated"] + 1
+    assert after["cancelled"] == before["cancelled"]
+
+
+async def test_budget_never_shows_a_fragment_and_finishes_in_background(client: LanguageClient):
+    """A generation the time budget cuts is not shown; it goes on, and the next request at
+    that spot gets the whole suggestion, equal to an unhurried run's."""
+    block = "def area(width, height):\n    "
+    uri = open_doc(client, "budget.py", block)
+    settings = lambda budget: types.DidChangeConfigurationParams(settings={**OPTIONS, "timeBudgetMs": budget})  # noqa: E731
+    client.workspace_did_change_configuration(settings(1))
+    before = await stats(client)
+    cut = await client.text_document_inline_completion_async(inline_params(uri, *end_of(block)))
+    for _ in range(300):  # the background job finishes
+        if (await stats(client))["generated"] > before["generated"]:
+            break
+        await asyncio.sleep(0.1)
+    whole = await client.text_document_inline_completion_async(inline_params(uri, *end_of(block)))
+    after = await stats(client)
+    client.workspace_did_change_configuration(settings(0))
+    close_doc(client, uri)
+    fresh = open_doc(client, "budget2.py", block)
+    unhurried = await client.text_document_inline_completion_async(inline_params(fresh, *end_of(block)))
+    close_doc(client, fresh)
+    assert cut is None
+    assert after["continued"] == before["continued"] + 1
+    assert after["cacheHits"] == before["cacheHits"] + 1
+    assert whole is not None and whole.items[0].insert_text == unhurried.items[0].insert_text
 
 
 async def test_unknown_uri_and_out_of_range_positions_are_empty(client: LanguageClient):

@@ -1,6 +1,7 @@
 """The interface between decoding and a model: forward new tokens into a KV cache, roll back."""
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -51,10 +52,11 @@ class Backend(ABC):
     def _compact(self, start: int, offsets: Sequence[int]) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot compact a token tree")
 
-    def sync(self, prompt: Sequence[int]) -> int:
+    def sync(self, prompt: Sequence[int], cancel: threading.Event | None = None) -> int:
         """Make the cache hold exactly `prompt`, reusing the longest common prefix.
 
-        Returns how many positions were reused (the rest were prefilled)."""
+        Returns how many positions were reused (the rest were prefilled). When `cancel` is set
+        the prefill stops after the chunk in flight; the cache then holds a prefix of `prompt`."""
         common = 0
         for a, b in zip(self.tokens, prompt):
             if a != b:
@@ -63,6 +65,8 @@ class Backend(ABC):
         self.truncate(common)
         rest = list(prompt[common:])
         for i in range(0, len(rest), PREFILL_CHUNK):
+            if cancel is not None and cancel.is_set():
+                break
             self.forward(rest[i:i + PREFILL_CHUNK], logits=False)
         return common
 
