@@ -111,6 +111,12 @@ class Engine:
         if self.draft is not None and not (cancel and cancel.is_set()):
             self.draft.prefill(tokens)
 
+    def forget_cache(self) -> None:
+        """Empty the KV caches: the next request starts cold, as in a new process."""
+        self.target.truncate(0)
+        if self.draft is not None:
+            self.draft.reset()
+
     def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
         return self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
 

@@ -3,7 +3,8 @@
 Each task is run in every mode, modes interleaved per task (in a rotating order) so machine
 drift hits all of them alike. Before each timed completion the prompt is prefilled untimed, so
 every mode starts from the same warm KV cache (as the server's common-prefix reuse gives it while
-the user types) and the times compare decoding alone. A completion is up to --max-new-tokens
+the user types) and the times compare decoding alone. With --cold each task is also timed from
+an empty cache, prefill included (the first request at a new spot of a file), peers alike. A completion is up to --max-new-tokens
 greedy tokens with no stop rule but end-of-text, the same in every mode, so outputs compare
 token for token.
 """
@@ -47,6 +48,8 @@ def add_parser(sub) -> None:
     p.add_argument("--workload", choices=(*WORKLOADS, "all"), default="all")
     p.add_argument("--context-chars", type=int, default=2048,
                    help="characters of the file before the cursor in each prompt (default 2048)")
+    p.add_argument("--cold", action="store_true",
+                   help="also time every task from an empty cache, prefill included")
     p.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     p.add_argument("--plot", type=Path, default=None, help="draw latency per mode to this .png")
 
@@ -168,8 +171,11 @@ class _Documents:
         self.engine.lookup.remove_document(self.hidden)
 
 
-def _engine_run(engine: Engine, mode: str, prompt: list[int], max_new_tokens: int) -> Run:
-    engine.prefill(prompt)  # the untimed prefill
+def _engine_run(engine: Engine, mode: str, prompt: list[int], max_new_tokens: int, cold: bool) -> Run:
+    if cold:
+        engine.forget_cache()
+    else:
+        engine.prefill(prompt)  # the untimed prefill
     start = time.perf_counter()
     result = engine.complete(prompt, mode=mode, limits=Limits(max_new_tokens=max_new_tokens))
     ms = (time.perf_counter() - start) * 1000
@@ -200,37 +206,43 @@ def run(args: argparse.Namespace) -> int:
     documents = _Documents(engine, sources.files)
     prompts = [prompt_tokens(t, engine.tokenizer) for t in tasks]
 
-    def once(mode: str, prompt: list[int], max_new_tokens: int) -> Run:
+    def once(mode: str, prompt: list[int], max_new_tokens: int, cold: bool) -> Run:
         if mode in peers:
-            return peers[mode](prompt, max_new_tokens)
-        return _engine_run(engine, mode, prompt, max_new_tokens)
+            return peers[mode](prompt, max_new_tokens, cold)
+        return _engine_run(engine, mode, prompt, max_new_tokens, cold)
 
+    caches = (False, True) if args.cold else (False,)
     documents.hide(tasks[0].path)
     for mode in modes:  # warm-up: first calls pay for allocations and lazy initialisation
-        once(mode, prompts[0], min(8, args.max_new_tokens))
+        for cold in caches:
+            once(mode, prompts[0], min(8, args.max_new_tokens), cold)
     runs: list[Run] = []
-    progress = Progress(len(tasks) * len(modes))
+    progress = Progress(len(tasks) * len(modes) * len(caches))
     for i, (task, prompt) in enumerate(zip(tasks, prompts)):
         documents.hide(task.path)
         for mode in modes[i % len(modes):] + modes[:i % len(modes)]:
-            r = once(mode, prompt, args.max_new_tokens)
-            r.task, r.mode, r.text = i, mode, engine.tokenizer.decode(r.tokens)
-            runs.append(r)
-            progress.step(f"{task.workload} {mode}")
+            for cold in caches:
+                r = once(mode, prompt, args.max_new_tokens, cold)
+                r.task, r.mode, r.text, r.cold = i, mode, engine.tokenizer.decode(r.tokens), cold
+                runs.append(r)
+                progress.step(f"{task.workload} {mode}{' cold' if cold else ''}")
 
     weight_bytes = getattr(engine.target, "weight_bytes", None)
     report = {
         "model": {"target": str(model_path), "draft": args.draft, "dtype": dtype,
-                  "backend": type(engine.target).__name__, "weight_bytes": weight_bytes},
+                  "backend": type(engine.target).__name__, "weight_bytes": weight_bytes,
+                  "calibration": engine.calibration.as_dict() if engine.calibration else None},
         "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "torch": torch.__version__, "copy_bandwidth_gb_s": round(copy_bandwidth_gb_s(), 2)},
         "settings": {"modes": modes, "tasks_per_workload": args.tasks, "max_new_tokens": args.max_new_tokens,
                      "seed": args.seed, "context_chars": args.context_chars,
                      "hf_prompt_lookup_num_tokens": HF_LOOKUP_TOKENS if "hf-lookup" in modes else None},
         "sources": {"files": len(sources.files), "skipped": sources.skipped},
-        "workloads": summarize(runs, workload_ids, {i: t.reference for i, t in enumerate(tasks)},
-                               modes, weight_bytes),
     }
+    references = {i: t.reference for i, t in enumerate(tasks)}
+    for key, cold in (("workloads", False), ("cold_workloads", True))[:len(caches)]:
+        report[key] = summarize([r for r in runs if r.cold == cold], workload_ids, references,
+                                modes, weight_bytes)
     sys.stdout.write(format_table(report) + "\n")  # the report is the command's output
     if args.json is not None:
         write_json(report, args.json)

@@ -2,7 +2,8 @@
 
 Each peer is optional: it runs only when its library is importable. Each gets the same prompt
 token ids, greedy decoding, the same token limit and end-of-text tokens as our modes, and, like
-them, a prefilled prompt before the clock starts, so the timings compare decoding alone.
+them, either a prefilled prompt before the clock starts (warm: the timings compare decoding
+alone) or an empty cache (cold: the prefill is timed too).
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ _LIBRARY = {"hf-ar": "transformers", "hf-lookup": "transformers", "hf-assisted":
 _INSTALL = {"transformers": "pip install 'draftline[peers]' (transformers, accelerate)",
             "llama_cpp": "pip install llama-cpp-python"}
 
-# (prompt ids, max new tokens) -> the timed run, less its task index and text
-Peer = Callable[[list[int], int], Run]
+# (prompt ids, max new tokens, cold) -> the timed run, less its task index and text
+Peer = Callable[[list[int], int, bool], Run]
 
 
 class PeerUnavailable(Exception):
@@ -61,9 +62,10 @@ def _hf_peer(model, eos_ids: frozenset[int], **generate_args) -> Peer:
     model.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
 
     @torch.inference_mode()
-    def run(prompt: list[int], max_new_tokens: int) -> Run:
+    def run(prompt: list[int], max_new_tokens: int, cold: bool) -> Run:
         ids = torch.tensor([prompt])
-        cache = model(ids[:, :-1], use_cache=True).past_key_values  # the untimed prefill
+        # warm: the untimed prefill; cold: generate prefills on the clock
+        cache = None if cold else model(ids[:, :-1], use_cache=True).past_key_values
         passes[0] = 0
         start = time.perf_counter()
         out = model.generate(ids, attention_mask=torch.ones_like(ids), cache=cache,
@@ -72,7 +74,7 @@ def _hf_peer(model, eos_ids: frozenset[int], **generate_args) -> Peer:
                              pad_token_id=min(eos_ids), **generate_args)
         ms = (time.perf_counter() - start) * 1000
         new = out[0, len(prompt):].tolist()
-        return Run(-1, "", _strip_eos(new, eos_ids), "", ms, len(new), passes[0])
+        return Run(-1, "", _strip_eos(new, eos_ids), "", ms, len(new), passes[0] - cold)  # less the prefill
 
     return run
 
@@ -82,9 +84,10 @@ def _llamacpp_peer(path: Path, eos_ids: frozenset[int]) -> Peer:
 
     llm = Llama(model_path=str(path), n_ctx=4096, n_threads=torch.get_num_threads(), verbose=False)
 
-    def run(prompt: list[int], max_new_tokens: int) -> Run:
+    def run(prompt: list[int], max_new_tokens: int, cold: bool) -> Run:
         llm.reset()
-        llm.eval(prompt[:-1])  # the untimed prefill; generate() reuses it as a common prefix
+        if not cold:
+            llm.eval(prompt[:-1])  # the untimed prefill; generate() reuses it as a common prefix
         new: list[int] = []
         start = time.perf_counter()
         for token in llm.generate(prompt, top_k=1, temp=0.0):

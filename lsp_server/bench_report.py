@@ -21,6 +21,7 @@ class Run:
     passes: int | None  # target forward passes (None: the peer does not say)
     drafted: int | None = None
     accepted: int | None = None
+    cold: bool = False  # timed from an empty cache, prefill included
 
 
 def _first_line(text: str) -> str:
@@ -81,9 +82,11 @@ def format_table(report: dict) -> str:
     lines = []
     header = (f"{'mode':<12}{'p50 ms':>9}{'p95 ms':>9}{'tok/s':>8}{'tok/pass':>10}{'accept':>8}"
               f"{'speedup':>9}{'same as ar':>12}{'1st line ok':>13}")
-    for workload, data in report["workloads"].items():
+    sections = [(w, d, "warm cache") for w, d in report["workloads"].items()]
+    sections += [(w, d, "COLD: empty cache, prefill timed") for w, d in report.get("cold_workloads", {}).items()]
+    for workload, data, cache in sections:
         lines += [f"\n{workload}: {data['tasks']} tasks, up to {report['settings']['max_new_tokens']} "
-                  f"new tokens, {report['model']['dtype']}", header]
+                  f"new tokens, {report['model']['dtype']}, {cache}", header]
         for mode, m in data["modes"].items():
             lines.append(
                 f"{mode:<12}{m['p50_ms']:>9.0f}{m['p95_ms']:>9.0f}{_cell(m['tokens_per_s'], '8.1f')}"
@@ -108,12 +111,13 @@ def plot(runs: list[Run], tasks: dict[str, list[int]], modes: list[str], path: P
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
-    for ax, (workload, ids) in zip(axes[0], tasks.items()):
+    panels = [(w, ids, cold) for cold in sorted({r.cold for r in runs}) for w, ids in tasks.items()]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (workload, ids, cold) in zip(axes[0], panels):
         chosen = set(ids)
-        data = [[r.ms for r in runs if r.mode == m and r.task in chosen] for m in modes]
+        data = [[r.ms for r in runs if r.mode == m and r.task in chosen and r.cold == cold] for m in modes]
         ax.boxplot(data, tick_labels=modes, showfliers=True)
-        ax.set_title(f"{workload} ({len(ids)} tasks)")
+        ax.set_title(f"{workload}{', cold' if cold else ''} ({len(ids)} tasks)")
         ax.set_ylabel("ms per completion")
         ax.set_ylim(bottom=0)
     fig.tight_layout()

@@ -44,7 +44,7 @@ def bench(repo, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench_out")
     rc, stdout, stderr = _bench(
         str(repo), "--tasks", str(TASKS), "--max-new-tokens", "12", "--dtype", "fp32",
-        "--threads", "2", "--seed", "1", "--modes", "lookup,hybrid",
+        "--threads", "2", "--seed", "1", "--modes", "lookup,hybrid", "--cold",
         "--json", str(out / "bench.json"), "--plot", str(out / "bench.png"))
     return {"rc": rc, "stdout": stdout, "stderr": stderr,
             "report": json.loads((out / "bench.json").read_text()), "plot": out / "bench.png"}
@@ -90,8 +90,10 @@ def test_bench_writes_the_documented_json(bench):
     assert report["settings"]["modes"] == ["ar", "lookup", "hybrid"]  # ar joins as the baseline
     assert report["sources"] == {"files": 3, "skipped": {"binary": 1, "unreadable": 1}}
     assert report["machine"]["copy_bandwidth_gb_s"] > 0
-    assert set(report["workloads"]) == {"fresh", "repetitive"}
-    for workload in report["workloads"].values():
+    assert set(report["workloads"]) == set(report["cold_workloads"]) == {"fresh", "repetitive"}
+    assert report["model"]["calibration"]["prefill_kernel"] == "native"  # fp32 has no other
+    assert report["model"]["calibration"]["prefill_tokens_per_s"] > 0
+    for workload in [*report["workloads"].values(), *report["cold_workloads"].values()]:
         assert workload["tasks"] == TASKS
         assert set(workload["modes"]) == {"ar", "lookup", "hybrid"}
         for mode in workload["modes"].values():
@@ -100,6 +102,15 @@ def test_bench_writes_the_documented_json(bench):
             assert 0 < mode["p50_ms"] <= mode["p95_ms"]
             assert 0.0 <= mode["acceptance_rate"] <= 1.0
             assert mode["tokens_per_target_pass"] >= 1.0
+
+
+def test_cold_runs_time_the_prefill(bench):
+    report = bench["report"]
+    for name, warm in report["workloads"].items():
+        cold = report["cold_workloads"][name]["modes"]
+        for mode, numbers in warm["modes"].items():  # same tasks, plus a ~500-token prefill
+            assert cold[mode]["p50_ms"] > numbers["p50_ms"]
+            assert cold[mode]["identical_to_ar"] == 1.0
 
 
 def test_bench_numbers_are_consistent(bench):
@@ -120,7 +131,8 @@ def test_bench_prints_a_table_progress_and_a_plot(bench):
         assert f"\n{mode} " in bench["stdout"]
     assert "fresh: 3 tasks" in bench["stdout"] and "repetitive: 3 tasks" in bench["stdout"]
     assert "skipped 1 binary, 1 unreadable file(s)" in bench["stderr"]
-    assert f"{2 * TASKS * 3}/{2 * TASKS * 3}" in bench["stderr"]  # the progress bar's last step
+    assert f"{4 * TASKS * 3}/{4 * TASKS * 3}" in bench["stderr"]  # the progress bar's last step
+    assert "COLD: empty cache, prefill timed" in bench["stdout"]
     assert bench["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -20,6 +20,10 @@ class DraftModel:
         # Greedy drafting stops at a token the draft itself doubts: it would likely be rejected.
         self.min_confidence = min_confidence
 
+    def reset(self) -> None:
+        """Forget the cache."""
+        self.backend.truncate(0)
+
     def prefill(self, context: Sequence[int]) -> None:
         """Fill the cache for `context` now, out of the timed path."""
         self.backend.sync(context[:-1])
