@@ -33,7 +33,7 @@ _CONTEXT = 256  # cache length the pass costs are measured at
 @dataclass
 class Calibration:
     pass_cost: list[float]  # seconds per decoding pass by width (index = tokens; [0] unused)
-    prefill_tokens_per_s: float  # a real prefill of _CONTEXT tokens with the chosen kernel
+    prefill_tokens_per_s: float  # a real prefill (of _CONTEXT tokens) with the chosen kernel
     prefill_kernel: str = "native"
     kernel_tokens_per_s: dict[str, float] = field(default_factory=dict)  # each candidate's rate
     threads_by_width: list[int] | None = None
@@ -60,11 +60,12 @@ def measure_pass_costs(backend: Backend, max_width: int, repeats: int = 3) -> li
     """Seconds per pass for widths 0..max_width (index = tokens in the pass; [0] is unused),
     measured at a few widths over a _CONTEXT-token cache and interpolated linearly."""
     widths = sorted({1, 2, 4, 8, 12, 16, 24, max_width} & set(range(1, max_width + 1)))
+    context = min(_CONTEXT, backend.max_len - max_width)
     backend.truncate(0)
-    backend.forward([0] * _CONTEXT, logits=False)
+    backend.forward([0] * context, logits=False)
 
     def one(width: int) -> None:
-        backend.truncate(_CONTEXT)
+        backend.truncate(context)
         backend.forward([0] * width)
 
     measured = {w: _median_time(lambda: one(w), repeats) for w in widths}
@@ -101,8 +102,9 @@ def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
         cal.prefill_kernel = max(cal.kernel_tokens_per_s, key=cal.kernel_tokens_per_s.get)
         backend.prefill_kernel = cal.prefill_kernel
     backend.truncate(0)
-    cal.prefill_tokens_per_s = _CONTEXT / _median_time(
-        lambda: (backend.truncate(0), backend.forward([0] * _CONTEXT, logits=False)), 1)
+    context = min(_CONTEXT, backend.max_len)
+    cal.prefill_tokens_per_s = context / _median_time(
+        lambda: (backend.truncate(0), backend.forward([0] * context, logits=False)), 1)
     if not hasattr(backend, "threads_by_width") or max_threads <= 1:
         cal.pass_cost = measure_pass_costs(backend, max_width)
         return cal

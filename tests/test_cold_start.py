@@ -1,0 +1,182 @@
+"""Cold start: prefill kernels chosen by measurement, what is kept between runs (converted
+weights, tokenizer, calibration), cancellable prefill, and prompt windows sized to the
+machine's measured prefill rate."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+from engine import calibrate, weight_cache
+from engine.backends.torch_llama import TorchLlama
+from engine.kernels import Int8Weight
+from engine.user_cache import content_key, write_atomically
+from lsp_server import suggest
+from lsp_server.context import Cursor
+from tests.code_samples import stdlib_text
+from tests.tiny_models import random_weights
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTLINE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def int8_model() -> TorchLlama:
+    return TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16,
+                      max_len=256, int8=True)
+
+
+def next_logits(model: TorchLlama, kernel: str, prompt: list[int]) -> torch.Tensor:
+    model.truncate(0)
+    model.prefill_kernel = kernel
+    model.forward(prompt[:-1], logits=False)
+    return model.forward(prompt[-1:])[0]
+
+
+def test_every_prefill_kernel_computes_the_same_model():
+    """The kernels differ in rounding only: the cache each leaves behind gives the next token's
+    logits of the same int8 model (the fp32 kernel is the most precise reference)."""
+    model, prompt = int8_model(), [(7 * i) % 64 for i in range(40)]
+    reference = next_logits(model, "fp32", prompt)
+    for kernel in ("native", "bf16"):
+        logits = next_logits(model, kernel, prompt)
+        assert torch.allclose(logits, reference, atol=0.05 * float(reference.abs().max()))
+    # Passes that return logits (decoding, verification) use the stored format whatever the
+    # prefill kernel, so they round alike and speculative output equals plain decoding.
+    model.truncate(0)
+    model.prefill_kernel = "native"
+    model.forward(prompt[:-1], logits=False)
+    by_kernel = []
+    for kernel in ("native", "fp32", "bf16"):
+        model.truncate(len(prompt) - 1)
+        model.prefill_kernel = kernel
+        by_kernel.append(model.forward(prompt[-1:])[0])
+    assert all(torch.equal(logits, by_kernel[0]) for logits in by_kernel)
+
+
+def test_the_fastest_measured_kernel_is_chosen(monkeypatch):
+    model = int8_model()
+    seconds = {"native": 0.004, "fp32": 0.001, "bf16": 0.002}
+    monkeypatch.setattr(model, "time_prefill", lambda kernel, width: seconds[kernel])
+    cal = calibrate.measure(model, max_width=4, max_threads=1)
+    assert cal.prefill_kernel == "fp32" and model.prefill_kernel == "fp32"
+    assert cal.kernel_tokens_per_s == pytest.approx({k: 1 / s for k, s in seconds.items()})
+    assert len(cal.pass_cost) == 5 and cal.prefill_tokens_per_s > 0
+
+
+def test_calibration_is_kept_and_a_corrupt_file_is_measured_again(monkeypatch, tmp_path):
+    model = int8_model()
+    first = calibrate.load_or_measure(model, 4, 1, "key")
+
+    def no_measuring(*_):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(calibrate, "measure", no_measuring)
+    again = calibrate.load_or_measure(model, 4, 1, "key")
+    assert again == first and model.prefill_kernel == first.prefill_kernel
+    path = next((tmp_path / "cache" / "calibration").glob("key-*.json"))
+    path.write_text("{not json")
+    with pytest.raises(AssertionError, match="measured again"):
+        calibrate.load_or_measure(model, 4, 1, "key")
+
+
+def test_converted_weights_round_trip_and_key_on_content(tmp_path):
+    model_file = tmp_path / "model.gguf"
+    model_file.write_bytes(bytes(range(256)) * 4096)
+    weights = random_weights(1, vocab=64, hidden=64, layers=1)
+    converted = weight_cache.convert(dataclasses.replace(weights, tensors=dict(weights.tensors)),
+                                     torch.bfloat16, int8=True)
+    weight_cache.save(converted, model_file, "int8")
+    loaded = weight_cache.load(model_file, "int8")
+    assert loaded.config == weights.config
+    for name, w in converted.tensors.items():
+        got = loaded.tensors[name]
+        if isinstance(w, Int8Weight):
+            assert torch.equal(got.q, w.q) and torch.equal(got.scale, w.scale)
+        else:
+            assert torch.equal(got, w)
+    # One changed byte in the middle of the file is another model.
+    key = content_key(model_file)
+    data = bytearray(model_file.read_bytes())
+    data[len(data) // 2] ^= 1
+    model_file.write_bytes(bytes(data))
+    assert content_key(model_file) != key and weight_cache.load(model_file, "int8") is None
+
+
+def test_a_corrupt_weight_cache_is_ignored(tmp_path):
+    model_file = tmp_path / "model.gguf"
+    model_file.write_bytes(b"x" * 1000)
+    weight_cache._path(model_file, "int8").write_bytes(b"garbage")
+    assert weight_cache.load(model_file, "int8") is None
+
+
+def test_two_processes_writing_one_entry_leave_a_whole_file(tmp_path):
+    target = tmp_path / "entry.bin"
+    writer = ("import sys; from pathlib import Path; from engine.user_cache import write_atomically;"
+              "byte = sys.argv[1].encode();"
+              "write_atomically(Path(sys.argv[2]), lambda p: p.write_bytes(byte * (64 << 20)))")
+    procs = [subprocess.Popen([sys.executable, "-c", writer, b, str(target)]) for b in "ab"]
+    assert [p.wait() for p in procs] == [0, 0]
+    data = target.read_bytes()
+    assert len(data) == 64 << 20 and data in (b"a" * len(data), b"b" * len(data))
+    assert [p.name for p in tmp_path.iterdir()] == ["entry.bin"]  # no temporary file left
+
+
+def test_write_atomically_leaves_the_old_entry_when_writing_fails(tmp_path):
+    target = tmp_path / "entry.json"
+    target.write_text("old")
+
+    def failing(path):
+        path.write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        write_atomically(target, failing)
+    assert target.read_text() == "old" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_cancelled_prefill_leaves_a_prefix_of_the_prompt(fp32_engine):
+    engine = fp32_engine
+    tokens = engine.tokenizer.encode(stdlib_text("textwrap.py"))[:700]
+    cancel = threading.Event()
+    chunks = []
+    forward = engine.target.forward
+
+    def counting(*args, **kwargs):
+        chunks.append(1)
+        cancel.set()  # cancelled while the first chunk runs
+        return forward(*args, **kwargs)
+
+    engine.forget_cache()
+    engine.target.forward = counting
+    try:
+        engine.prefill(tokens, cancel)
+    finally:
+        del engine.target.forward
+    assert len(chunks) == 1 and 0 < engine.target.length < len(tokens) - 1
+    assert engine.target.tokens == tokens[:engine.target.length]
+
+
+def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_engine, monkeypatch):
+    engine = fp32_engine
+    rate = 150.0  # tokens per second: a slow machine
+    monkeypatch.setattr(engine, "calibration", dataclasses.replace(
+        engine.calibration, prefill_tokens_per_s=rate))
+    text = stdlib_text("textwrap.py")
+    cut = text.index("def dedent(")
+    cursor = Cursor(text[:cut] + "def dedent(", text[cut + len("def dedent("):])
+    engine.forget_cache()
+    prompt, full = suggest.prompt_for(engine, cursor, snippets="")
+    assert full is not None and len(engine.prompt_tokens(full)) > 4 * rate
+    assert len(engine.prompt_tokens(prompt)) <= rate * suggest.COLD_PREFILL_S
+    assert engine.prefill_seconds(prompt) <= suggest.COLD_PREFILL_S
+    assert engine.prompt_tokens(prompt)[-5:] == engine.prompt_tokens(full)[-5:]  # same cursor
+    # Once the full window is cached (the background extension), it is used.
+    engine.prefill(engine.prompt_tokens(full))
+    assert suggest.prompt_for(engine, cursor, snippets="") == (full, None)
