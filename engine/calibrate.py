@@ -1,8 +1,8 @@
 """Measuring, on the machine it runs on, what the target's passes cost, and choosing kernels.
 
-- Prefill kernel: the torch backend can run prefill passes in its stored format or with each
-  layer's matrices dequantized to fp32 or bf16 (engine/kernels.py). Which is fastest differs
-  5-10x between CPUs of the same family, so each candidate is timed on two layers.
+- Prefill kernel: the torch backend can run prefill passes in its stored format or in fp32 or
+  bf16 (engine/kernels.py). Which is fastest differs 5-10x between CPUs of the same family,
+  so each candidate is timed on two layers.
 - Pass costs by width and thread count: decoding chooses draft lengths from them
   (engine/draft_length.py). On a small CPU a one-token pass is fastest on one thread (two
   threads spend more on synchronising the small matmuls than they save), while a 9-token
@@ -36,11 +36,12 @@ class Calibration:
     prefill_tokens_per_s: float  # a real prefill (of _CONTEXT tokens) with the chosen kernel
     prefill_kernel: str = "native"
     kernel_tokens_per_s: dict[str, float] = field(default_factory=dict)  # each candidate's rate
+    prefill_copy: bool = False  # the chosen kernel's matrices are a resident copy
     threads_by_width: list[int] | None = None
 
     def apply(self, backend: Backend) -> None:
-        if hasattr(backend, "prefill_kernel"):
-            backend.prefill_kernel = self.prefill_kernel
+        if hasattr(backend, "use_prefill_kernel"):
+            backend.use_prefill_kernel(self.prefill_kernel)
             backend.threads_by_width = self.threads_by_width
 
     def as_dict(self) -> dict:
@@ -79,13 +80,14 @@ def measure_pass_costs(backend: Backend, max_width: int, repeats: int = 3) -> li
     return costs
 
 
-def choose_prefill_kernel(backend, candidates: tuple[str, ...], width: int = 96) -> dict[str, float]:
+def time_prefill_kernels(backend, candidates: tuple[str, ...], width: int = 128) -> dict[str, float]:
     """Tokens per second of a prefill pass with each candidate kernel (best of 3 runs on two
     layers, after one run that pays each kernel's one-time set-up)."""
     rates = {}
     for kernel in candidates:
-        backend.time_prefill(kernel, 8)
-        rates[kernel] = 1 / min(backend.time_prefill(kernel, width) for _ in range(3))
+        backend.use_prefill_kernel(kernel)
+        backend.time_prefill(8)
+        rates[kernel] = 1 / min(backend.time_prefill(width) for _ in range(3))
     return rates
 
 
@@ -95,12 +97,12 @@ def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
 
     torch.set_num_threads(max_threads)
     cal = Calibration(pass_cost=[], prefill_tokens_per_s=0.0)
-    if hasattr(backend, "time_prefill"):
+    if hasattr(backend, "use_prefill_kernel"):
         backend.truncate(0)
-        cal.kernel_tokens_per_s = choose_prefill_kernel(
+        cal.kernel_tokens_per_s = time_prefill_kernels(
             backend, prefill_candidates(backend.dtype, backend.int8))
         cal.prefill_kernel = max(cal.kernel_tokens_per_s, key=cal.kernel_tokens_per_s.get)
-        backend.prefill_kernel = cal.prefill_kernel
+        cal.prefill_copy = backend.use_prefill_kernel(cal.prefill_kernel)
     backend.truncate(0)
     context = min(_CONTEXT, backend.max_len)
     cal.prefill_tokens_per_s = context / _median_time(

@@ -1,13 +1,13 @@
 """How the torch backend multiplies by its weight matrices.
 
-Weights are stored once, in the model's own format: weight-only int8, bf16 or fp32. A pass
-that decodes (one token, or a draft to verify) always uses that format, so every such pass
-rounds alike and speculative output equals plain decoding. A prefill pass returns no logits;
-it may instead compute in another dtype, with each matrix dequantized on the fly, one layer
-at a time (no second copy of the model in memory). Which is fastest depends on the CPU: without
-AVX-512-BF16 or AMX a bf16 GEMM is ~5x slower than fp32, with them ~2x faster; and torch's
-int8 kernel is built for one-token passes. So the engine measures the candidates at load
-(engine/calibrate.py) instead of assuming.
+Weights are stored in the model's own format: weight-only int8, bf16 or fp32. A pass that
+decodes (one token, or a draft to verify) always uses that format, so every such pass rounds
+alike and speculative output equals plain decoding. A prefill pass returns no logits; it may
+instead compute in fp32 or bf16, by a resident copy of the layers' matrices in that dtype when
+the copy fits a memory budget, else by dequantizing each matrix for the pass. Which is fastest
+depends on the CPU: without AVX-512-BF16 or AMX a bf16 GEMM is ~5x slower than fp32, with them
+~2x faster; and torch's int8 kernel is built for one-token passes. So the engine measures the
+candidates at load (engine/calibrate.py) instead of assuming.
 """
 from __future__ import annotations
 
@@ -48,14 +48,18 @@ class Int8Weight:
         return self.q.to(dtype) * self.scale.to(dtype)[:, None]
 
     @property
+    def shape(self) -> torch.Size:
+        return self.q.shape
+
+    @property
     def nbytes(self) -> int:
         return self.q.numel() + self.scale.numel() * 2
 
 
 Weight = torch.Tensor | Int8Weight
 
-# A prefill kernel: "native" multiplies by the stored weights; "fp32" and "bf16" by a copy
-# dequantized for that pass.
+# A prefill kernel: "native" multiplies by the stored weights; "fp32" and "bf16" compute in
+# that dtype (a resident copy, or one dequantized for each pass).
 PREFILL_KERNELS = ("native", "fp32", "bf16")
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -79,8 +83,9 @@ def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None,
     """x @ w.T (+ bias), computed in x's dtype. Int8 weights use torch's weight-only int8
     kernel, or with `dequantize` a copy dequantized to x's dtype for this one product."""
     if isinstance(w, Int8Weight):
-        if dequantize:
-            return F.linear(x, w.dequantize(x.dtype), None if bias is None else bias.to(x.dtype))
+        if dequantize:  # the per-row scale applies to the output: fewer products than to w
+            y = F.linear(x, w.q.to(x.dtype)) * w.scale.to(x.dtype)
+            return y if bias is None else y + bias.to(x.dtype)
         y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), w.q, w.scale)
         y = y.view(*x.shape[:-1], -1)
         return y if bias is None else y + bias
@@ -88,6 +93,10 @@ def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None,
         w = w.to(x.dtype)
         bias = None if bias is None else bias.to(x.dtype)
     return F.linear(x, w, bias)
+
+
+def as_dtype(w: Weight, dtype: torch.dtype) -> torch.Tensor:
+    return w.dequantize(dtype) if isinstance(w, Int8Weight) else w.to(dtype)
 
 
 def weight_nbytes(w: Weight) -> int:

@@ -49,10 +49,14 @@ class DraftlineServer(LanguageServer):
 
     # --- status and model -----------------------------------------------------------------
     def status(self, message: str = "") -> None:
+        cal = self.engine.calibration if self.engine is not None else None
         self.protocol.notify(STATUS, {
             "state": self.state, "message": message,
             "lastLatencyMs": self.metrics.last_latency_ms,
-            "acceptanceRate": self.metrics.acceptance_rate})
+            "acceptanceRate": self.metrics.acceptance_rate,
+            # The kernels chosen on this machine (engine/calibrate.py).
+            "prefillKernel": cal and cal.prefill_kernel,
+            "prefillTokensPerS": cal and round(cal.prefill_tokens_per_s)})
 
     async def load_model(self) -> None:
         s = self.settings

@@ -8,45 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-
-class Client:
-    def __init__(self, cmd: list[str]):
-        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-        self.replies: dict[int, tuple[float, dict]] = {}
-        self.cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        out = self.proc.stdout
-        while header := out.readline():
-            if header.startswith(b"Content-Length:"):
-                length = int(header.split(b":")[1])
-                while out.readline() not in (b"\r\n", b""):
-                    pass
-                message = json.loads(out.read(length))
-                if "id" in message:
-                    with self.cond:
-                        self.replies[message["id"]] = (time.perf_counter(), message)
-                        self.cond.notify_all()
-
-    def send(self, message: dict) -> None:
-        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
-        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        self.proc.stdin.flush()
-
-    def wait(self, msg_id: int, timeout: float = 300) -> dict:
-        with self.cond:
-            self.cond.wait_for(lambda: msg_id in self.replies, timeout)
-        return self.replies[msg_id][1]
+from lsp_client import Client  # scripts/ is on the path when a script runs
 
 
 def main() -> int:

@@ -32,9 +32,10 @@ def int8_model() -> TorchLlama:
                       max_len=256, int8=True)
 
 
-def next_logits(model: TorchLlama, kernel: str, prompt: list[int]) -> torch.Tensor:
+def next_logits(model: TorchLlama, kernel: str, prompt: list[int], copy: bool = True) -> torch.Tensor:
     model.truncate(0)
-    model.prefill_kernel = kernel
+    copied = model.use_prefill_kernel(kernel, allow_copy=copy)
+    assert copied == (copy and kernel == "bf16")  # an fp32 copy is over the memory budget
     model.forward(prompt[:-1], logits=False)
     return model.forward(prompt[-1:])[0]
 
@@ -43,19 +44,19 @@ def test_every_prefill_kernel_computes_the_same_model():
     """The kernels differ in rounding only: the cache each leaves behind gives the next token's
     logits of the same int8 model (the fp32 kernel is the most precise reference)."""
     model, prompt = int8_model(), [(7 * i) % 64 for i in range(40)]
-    reference = next_logits(model, "fp32", prompt)
-    for kernel in ("native", "bf16"):
-        logits = next_logits(model, kernel, prompt)
+    reference = next_logits(model, "fp32", prompt, copy=False)
+    for kernel, copy in [("native", False), ("bf16", True), ("bf16", False), ("fp32", False)]:
+        logits = next_logits(model, kernel, prompt, copy)
         assert torch.allclose(logits, reference, atol=0.05 * float(reference.abs().max()))
     # Passes that return logits (decoding, verification) use the stored format whatever the
     # prefill kernel, so they round alike and speculative output equals plain decoding.
     model.truncate(0)
-    model.prefill_kernel = "native"
+    model.use_prefill_kernel("native")
     model.forward(prompt[:-1], logits=False)
     by_kernel = []
     for kernel in ("native", "fp32", "bf16"):
         model.truncate(len(prompt) - 1)
-        model.prefill_kernel = kernel
+        model.use_prefill_kernel(kernel)
         by_kernel.append(model.forward(prompt[-1:])[0])
     assert all(torch.equal(logits, by_kernel[0]) for logits in by_kernel)
 
@@ -63,7 +64,7 @@ def test_every_prefill_kernel_computes_the_same_model():
 def test_the_fastest_measured_kernel_is_chosen(monkeypatch):
     model = int8_model()
     seconds = {"native": 0.004, "fp32": 0.001, "bf16": 0.002}
-    monkeypatch.setattr(model, "time_prefill", lambda kernel, width: seconds[kernel])
+    monkeypatch.setattr(model, "time_prefill", lambda width: seconds[model.prefill_kernel])
     cal = calibrate.measure(model, max_width=4, max_threads=1)
     assert cal.prefill_kernel == "fp32" and model.prefill_kernel == "fp32"
     assert cal.kernel_tokens_per_s == pytest.approx({k: 1 / s for k, s in seconds.items()})

@@ -7,6 +7,8 @@ Runs on the CPU, or on CUDA when asked.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import dataclasses
+import os
 import time
 from dataclasses import dataclass
 
@@ -15,7 +17,7 @@ import torch.nn.functional as F
 
 from engine.backends.base import Backend
 from engine.errors import EngineError
-from engine.kernels import Int8Weight, Weight, compute_dtype, linear, weight_nbytes
+from engine.kernels import Int8Weight, Weight, as_dtype, compute_dtype, linear, weight_nbytes
 from engine.weights import LlamaConfig, LoadedWeights
 
 
@@ -82,8 +84,10 @@ class TorchLlama(Backend):
         self.max_len = min(max_len, c.max_position)
         # torch threads for a pass of n tokens: threads_by_width[min(n, last)] (engine/calibrate.py)
         self.threads_by_width: list[int] | None = None
-        # How passes without logits (prefill) multiply: engine/kernels.py, chosen at load.
+        # How passes without logits (prefill) multiply: engine/kernels.py, chosen at load
+        # (use_prefill_kernel), with the layers' matrices copied to its dtype if they fit.
         self.prefill_kernel = "native"
+        self._prefill_layers: list[_Layer] | None = None
         # The final normed hidden state of every cached position, once `record_features` is
         # called: a feature-conditioned draft (engine/drafters/feature_draft.py) reads them.
         self.features: torch.Tensor | None = None
@@ -173,15 +177,34 @@ class TorchLlama(Backend):
             self.features[start:start + n] = x
         return self.head_logits(x) if logits else None
 
+    def use_prefill_kernel(self, kernel: str, allow_copy: bool = True) -> bool:
+        """Prefill with `kernel` from now on; returns whether its matrices are a resident copy
+        (when it fits: at most twice the stored weights, and a quarter of the machine's memory;
+        a 7B model gets no fp32 copy) rather than dequantized for each pass."""
+        self.prefill_kernel, self._prefill_layers = kernel, None
+        if kernel == "native":
+            return False
+        dtype = compute_dtype(kernel, self.dtype)
+        matrices = ("wqkv", "wo", "w_gate_up", "w_down")
+        size = sum(getattr(layer, m).shape.numel() for layer in self.layers for m in matrices) * dtype.itemsize
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if not allow_copy or size > min(2 * self.weight_bytes, memory // 4):
+            return False
+        self._prefill_layers = [dataclasses.replace(layer, **{m: as_dtype(getattr(layer, m), dtype)
+                                                              for m in matrices})
+                                for layer in self.layers]
+        return True
+
     @torch.inference_mode()
-    def time_prefill(self, kernel: str, width: int, layers: int = 2) -> float:
-        """Seconds per token of a prefill pass of `width` tokens with `kernel`, estimated from
-        its first `layers` layers. Writes only cache positions past `tokens` (not kept)."""
-        width = min(width, self.max_len - self.length)
+    def time_prefill(self, width: int, layers: int = 2) -> float:
+        """Seconds per token of a prefill pass of `width` tokens with the current prefill
+        kernel, estimated from its first `layers` layers. Writes only cache positions past
+        `tokens` (not kept)."""
+        width, layers = min(width, self.max_len - self.length), min(layers, len(self.layers))
         x = self.embed_tokens(torch.zeros(width, dtype=torch.long, device=self.device))
         started = time.perf_counter()
-        self._layers(x, self.length, None, min(layers, len(self.layers)), kernel)
-        return (time.perf_counter() - started) / width * len(self.layers) / min(layers, len(self.layers))
+        self._layers(x, self.length, None, layers, self.prefill_kernel)
+        return (time.perf_counter() - started) / width * len(self.layers) / layers
 
     def _layers(self, x: torch.Tensor, start: int, parents: Sequence[int] | None, count: int,
                 kernel: str) -> torch.Tensor:
@@ -198,12 +221,13 @@ class TorchLlama(Backend):
         mask = None if n == 1 else torch.cat(
             [torch.ones(n, start, dtype=torch.bool, device=dev), local], dim=1)
         dtype = compute_dtype(kernel, self.dtype)
-        dequantize = kernel != "native"
+        layers = self._prefill_layers if kernel != "native" and self._prefill_layers else self.layers
+        dequantize = kernel != "native" and layers is self.layers
         x = x.to(dtype)
         cos, sin = self.cos[pos].to(dtype), self.sin[pos].to(dtype)
         hd, nh, nkv = c.dim_per_head, c.n_heads, c.n_kv_heads
         end = start + n
-        for i, layer in enumerate(self.layers[:count]):
+        for i, layer in enumerate(layers[:count]):
             h = rms_norm(x, layer.attn_norm, c.rms_eps)
             q, k, v = linear(h, layer.wqkv, layer.bqkv, dequantize).split([nh * hd, nkv * hd, nkv * hd], -1)
             q = q.view(n, nh, hd).transpose(0, 1)

@@ -1,0 +1,45 @@
+"""A minimal LSP client over stdio for the measuring scripts: raw JSON-RPC frames, replies
+timestamped as they arrive."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+
+
+class Client:
+    def __init__(self, cmd: list[str]):
+        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.replies: dict[int, tuple[float, dict]] = {}
+        self.cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        out = self.proc.stdout
+        while header := out.readline():
+            if header.startswith(b"Content-Length:"):
+                length = int(header.split(b":")[1])
+                while out.readline() not in (b"\r\n", b""):
+                    pass
+                message = json.loads(out.read(length))
+                if "id" in message:
+                    with self.cond:
+                        self.replies[message["id"]] = (time.perf_counter(), message)
+                        self.cond.notify_all()
+
+    def send(self, message: dict) -> None:
+        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.proc.stdin.flush()
+
+    def wait(self, msg_id: int, timeout: float = 300) -> dict:
+        with self.cond:
+            self.cond.wait_for(lambda: msg_id in self.replies, timeout)
+        return self.replies[msg_id][1]
+
+    def request(self, msg_id: int, method: str, params: dict, timeout: float = 300) -> dict:
+        self.send({"id": msg_id, "method": method, "params": params})
+        return self.wait(msg_id, timeout)
