@@ -70,6 +70,8 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
                max_len: int = 4096) -> tuple[Backend, Tokenizer]:
     """Load a model (path or `embedded`) on the chosen backend, with its tokenizer."""
     path = resolve(spec)
+    if not path.exists():
+        raise ModelLoadError(f"model not found: {path}")
     kind = choose_backend(backend, path)
     if kind == "exllamav2":
         from engine.backends.exllamav2 import load_exllamav2  # lazy: CUDA machines only
