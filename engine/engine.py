@@ -19,7 +19,7 @@ from engine.drafters.hybrid import Hybrid
 from engine.drafters.prompt_lookup import PromptLookup
 from engine.errors import EngineError
 from engine.healing import Healer
-from engine.models import EMBEDDED, load_model, resolve
+from engine.models import EMBEDDED, load_model, resolve, resolve_dtype
 from engine.sampling import Sampling
 from engine.stats import Stats
 from engine.tokenizer import Tokenizer
@@ -70,11 +70,13 @@ class Engine:
         self.draft_cost = draft_cost  # seconds per token the draft model drafts
         self.healer = Healer(tokenizer)
         self.calibration: Calibration | None = None  # set by `load`: kernels and pass costs
+        self.dtype: str | None = None  # set by `load`: the weights format it resolved to
 
     @classmethod
     def load(cls, model: str = EMBEDDED, draft: str | None = None, dtype: str | None = None,
              backend: str = "auto", threads: int | None = None, max_len: int = 4096) -> Engine:
         max_threads = set_threads(threads)
+        dtype = resolve_dtype(dtype)
         target, tokenizer = load_model(model, dtype, backend, max_len)
         drafter = _load_drafter(draft, target, tokenizer, dtype, max_len)
         calibration = load_or_measure(target, cls.K_MAX + 1, max_threads,
@@ -88,7 +90,7 @@ class Engine:
             if isinstance(drafter, FeatureDraft):
                 drafter.min_path_prob = break_even_probability(pass_cost, draft_cost)
         engine = cls(target, tokenizer, drafter, pass_cost=pass_cost, draft_cost=draft_cost)
-        engine.calibration = calibration
+        engine.calibration, engine.dtype = calibration, dtype
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
 

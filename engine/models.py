@@ -51,6 +51,13 @@ def default_dtype(device: str = "cpu") -> str:
     return "int8"
 
 
+def resolve_dtype(dtype: str | None) -> str:
+    """The one place a missing dtype becomes a concrete one, for every command."""
+    if dtype is not None and dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
+    return dtype or default_dtype("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def choose_backend(requested: str, path: Path) -> str:
     """auto: ExLlamaV2 for a model folder on a CUDA machine where it is installed, else torch."""
     if requested not in BACKENDS:
@@ -78,9 +85,7 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
 
         return load_exllamav2(path, max_len=max_len)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = dtype or default_dtype(device)
-    if dtype not in DTYPES:
-        raise ModelLoadError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
+    dtype = resolve_dtype(dtype)
     from engine.backends.torch_llama import TorchLlama
 
     tokenizer, weights = tokenizer_cache.load(path), weight_cache.load(path, dtype)

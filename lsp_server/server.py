@@ -19,6 +19,7 @@ from lsp_server import context, suggest
 from lsp_server.metrics import Metrics
 from lsp_server.protocol import AnsweringProtocol
 from lsp_server.scheduler import Job, Scheduler, Superseded
+from lsp_server.options import model_settings
 from lsp_server.settings import Settings, merge
 from lsp_server.typed_through import TypedThroughCache
 from lsp_server.workspace import WorkspaceIndex
@@ -336,9 +337,9 @@ def serve_stdio(args: argparse.Namespace) -> int:
     """Serve LSP on stdio; the command line's model options are the settings' defaults.
     The real stdout is kept for the protocol alone and fd 1 points at stderr, so stray prints
     (ours, a library's, or C code's) cannot corrupt the stream."""
-    server.settings = Settings(model=args.model, draft=args.draft, dtype=args.dtype,
-                               backend=args.backend)
-    server.threads = args.threads
+    flags = model_settings(args)
+    server.threads = flags.pop("threads")
+    server.settings = Settings(**flags)
     logging.getLogger("pygls").setLevel(logging.WARNING)  # not every message on stderr
     server.start_io(sys.stdin.buffer, claim_stdout())
     server.scheduler.shutdown()
