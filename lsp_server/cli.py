@@ -7,19 +7,24 @@ import logging
 import sys
 from pathlib import Path
 
-from lsp_server.options import add_mode_argument, add_model_arguments, model_settings
+from lsp_server.options import BY_NAME, add_mode_argument, add_model_arguments, model_settings
 
 
 def _complete_parser(sub) -> None:
-    p = sub.add_parser("complete", help="complete a file at a position and print the suggestion")
+    p = sub.add_parser("complete", help="print the suggestion an editor would show at a position")
     p.add_argument("file", type=Path)
     p.add_argument("--line", type=int, required=True, help="0-based line")
     p.add_argument("--col", type=int, required=True, help="0-based column (characters)")
     p.add_argument("--context", type=Path, nargs="*", default=[],
-                   help="other files whose text prompt lookup may draft from")
+                   help="other files, as the editor's other open files (snippets, prompt lookup)")
     add_model_arguments(p)
     add_mode_argument(p)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    multiline = BY_NAME["multiline"]
+    p.add_argument("--multiline", choices=multiline.choices, default=multiline.default, help=multiline.doc)
+    p.add_argument("--raw", action="store_true",
+                   help="the plain continuation of the text before the cursor: no suffix, stop "
+                        "rule or clean-up (what `bench` times)")
+    p.add_argument("--max-new-tokens", type=int, default=BY_NAME["maxTokens"].default)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -47,28 +52,44 @@ def _offset(text: str, line: int, col: int) -> int:
 
 
 def run_complete(args: argparse.Namespace) -> int:
+    """What an editor shows at --line/--col (the server's own suggestion path), or with --raw
+    the plain continuation."""
+    import threading
+
     from engine import Engine, EngineError, Limits, Sampling
+    from lsp_server import context, suggest
+    from lsp_server.options import Settings
 
     text = _read_text(args.file)
     offset = _offset(text, args.line, args.col)
     if offset == 0:
         raise SystemExit("lsp_server: nothing before the cursor to complete from")
+    cursor = context.Cursor(text[:offset], text[offset:])
+    settings = Settings(mode=args.mode, maxTokens=args.max_new_tokens, multiline=args.multiline)
+    plan = suggest.plan(cursor, settings)
+    if plan is None and not args.raw:
+        raise SystemExit("lsp_server: no suggestion here: an editor shows none with text right of the cursor")
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
+    others = {str(path): _read_text(path) for path in args.context}
     try:
         engine = Engine.load(**model_settings(args))
-        for path in [args.file, *args.context]:
-            engine.set_document(str(path), _read_text(path))
-        result = engine.complete(
-            text[:offset], mode=args.mode, limits=Limits(max_new_tokens=args.max_new_tokens),
-            sampling=Sampling(args.temperature, args.top_k, args.top_p, args.seed))
+        for doc_id, doc in [(str(args.file), text), *others.items()]:
+            engine.set_document(doc_id, doc)
+        if args.raw:
+            result = engine.complete(cursor.prefix, mode=args.mode, sampling=sampling,
+                                     limits=Limits(max_new_tokens=args.max_new_tokens))
+            shown, stats = result.text, result.stats
+        else:
+            snippets = context.snippets(cursor, others, engine.tokenizer)
+            suggestion = suggest.generate(engine, plan, settings, snippets, threading.Event(), sampling)
+            shown, stats = suggestion.text, suggestion.stats
     except EngineError as exc:
         raise SystemExit(f"lsp_server: {exc}") from None
-    stats = result.stats
     # `complete` is a command-line tool, not the stdio server: its result goes to stdout.
     if args.json:
-        sys.stdout.write(json.dumps({"text": result.text, "ms": round(stats.total_ms, 1)}
-                                    | stats.as_dict()) + "\n")
+        sys.stdout.write(json.dumps({"text": shown, "ms": round(stats.total_ms, 1)} | stats.as_dict()) + "\n")
     else:
-        sys.stdout.write(result.text + "\n")
+        sys.stdout.write(shown + "\n")
         summary = (f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms ({args.mode}): "
                    f"{stats.target_passes} target passes, {stats.tokens_per_pass:.2f} tokens/pass, "
                    f"acceptance {stats.acceptance_rate:.0%}, prefill {stats.prefill_ms:.0f} ms")

@@ -111,6 +111,13 @@ def snippet_header(snippets: list[tuple[str, str]], tokenizer: Tokenizer, budget
     return out
 
 
+def snippets(cursor: Cursor, others: dict[str, str], tokenizer: Tokenizer) -> str:
+    """The prompt's header of chunks from `others` ({name: text}) similar to the cursor's
+    surroundings."""
+    picked = similar_snippets(neighbourhood(cursor), others)
+    return snippet_header(picked, tokenizer, Budget().snippet_tokens) if picked else ""
+
+
 def neighbourhood(cursor: Cursor, lines: int = 8) -> str:
     """Lines around the cursor, without the cursor's line: stable while typing on a line."""
     before = cursor.prefix.split("\n")[:-1][-lines:]

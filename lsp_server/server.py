@@ -37,8 +37,9 @@ class DraftlineServer(LanguageServer):
         super().__init__("draftline", "0.1.0", protocol_cls=AnsweringProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.settings = Settings()
-        self.engine: Engine | None = None
-        self.state = "loading"
+        self.engine: Engine | None = None  # the one current engine; None while loading or failed
+        self._load_running = False  # a load_model is in flight
+        self._load_error: str | None = None  # why the last load failed
         self.scheduler = Scheduler()
         self.metrics = Metrics()
         self.typed = TypedThroughCache()
@@ -59,26 +60,52 @@ class DraftlineServer(LanguageServer):
             "prefillKernel": cal and cal.prefill_kernel,
             "prefillTokensPerS": cal and round(cal.prefill_tokens_per_s)})
 
+    @property
+    def state(self) -> str:
+        if self._load_running or (self.engine is None and self._load_error is None):
+            return "loading"
+        if self.engine is None:
+            return "error"
+        return "ready" if self.settings.enabled else "disabled"
+
     async def load_model(self) -> None:
-        s = self.settings
-        self.engine, self.state = None, "loading"
-        self.status(f"loading {s.model}")
-        try:
-            engine = await self.scheduler.call(
-                lambda: Engine.load(s.model, s.draft, s.dtype, s.backend, self.threads))
-        except EngineError as exc:
-            self.state = "error"
-            log.error("model failed to load: %s", exc)
-            self.status(str(exc))
-            return
-        self.engine = engine
-        self.state = "ready" if s.enabled else "disabled"
+        """Load the model the settings name and make it the current engine. A change of model
+        while one loads is not dropped: the load in flight is followed by the newest one."""
+        if self._load_running:
+            return  # the load in flight checks the settings again when it ends
+        self.engine, self._load_running = None, True
+        while True:
+            s = self.settings
+            self.status(f"loading {s.model}")
+            try:
+                engine = await self.scheduler.call(
+                    lambda: Engine.load(s.model, s.draft, s.dtype, s.backend, self.threads))
+                error = None
+            except EngineError as exc:
+                engine, error = None, str(exc)
+                log.error("model failed to load: %s", exc)
+            if self.settings.model_key() == s.model_key():
+                break
+        self.engine, self._load_error, self._load_running = engine, error, False
+        if engine is not None:
+            self._follow(engine)
+        self.status(error or f"{s.model} ready")
+
+    def _follow(self, engine: Engine) -> None:
+        """Give a new engine the open documents and the workspace's files."""
         for doc in list(self.workspace.text_documents.values()):
             engine.set_document(doc.uri, doc.source)
-        if self.root is not None and self.index is None:
-            self.index = WorkspaceIndex(self.root, self._index_file, engine.remove_document)
+        if self.root is None:
+            return
+        if self.index is None:
+            self.index = WorkspaceIndex(self.root, self._index_file, self._unindex_file)
             self.index.start()
-        self.status(f"{s.model} ready")
+        else:
+            self.index.replay()
+
+    def _unindex_file(self, uri: str) -> None:
+        if self.engine is not None:
+            self.engine.remove_document(uri)
 
     def _index_file(self, uri: str, text: str) -> None:
         # An open document's live text wins over the file on disk.
@@ -107,9 +134,7 @@ class DraftlineServer(LanguageServer):
             return cached[1]
         others = {self._name(u): d.source for u, d in self.workspace.text_documents.items()
                   if u != uri}
-        picked = context.similar_snippets(context.neighbourhood(cursor), others)
-        header = context.snippet_header(picked, self.engine.tokenizer,
-                                        context.Budget().snippet_tokens) if picked else ""
+        header = context.snippets(cursor, others, self.engine.tokenizer)
         self._snippets[uri] = (block, header)
         return header
 
@@ -225,10 +250,9 @@ def did_change_configuration(ls: DraftlineServer, params: types.DidChangeConfigu
     ls.settings, problems = merge(before, params.settings)
     for problem in problems:
         ls.window_log_message(types.LogMessageParams(types.MessageType.Warning, problem))
-    if ls.settings.model_key() != before.model_key() and ls.state != "loading":
+    if ls.settings.model_key() != before.model_key():
         asyncio.ensure_future(ls.load_model())
-    elif ls.settings.enabled != before.enabled and ls.engine is not None:
-        ls.state = "ready" if ls.settings.enabled else "disabled"
+    elif ls.settings.enabled != before.enabled:
         ls.status()
 
 
@@ -327,8 +351,6 @@ def did_partially_accept(ls: DraftlineServer, *args) -> None:
 @server.command("draftline.toggle")
 def toggle(ls: DraftlineServer, *args) -> dict:
     ls.settings = merge(ls.settings, {"enabled": not ls.settings.enabled})[0]
-    if ls.engine is not None:
-        ls.state = "ready" if ls.settings.enabled else "disabled"
     ls.status()
     return {"enabled": ls.settings.enabled}
 

@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
@@ -49,6 +50,12 @@ class WorkspaceIndex:
             return
         self.indexed.add(uri)
         self._on_set(uri, text)
+
+    def replay(self) -> None:
+        """Feed every indexed file again (to a new engine), in a background thread."""
+        paths = [Path(unquote(urlparse(uri).path)) for uri in self.indexed]
+        threading.Thread(target=lambda: [self.update(p) for p in paths], name="draftline-index",
+                         daemon=True).start()
 
     def start(self) -> None:
         """Index everything (in a background thread), then follow changes."""

@@ -19,9 +19,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
 
 
-def test_json_output_matches_the_engine(fp32_engine):
+def test_raw_json_output_matches_the_engine(fp32_engine):
     out = run_cli(str(SAMPLE), "--line", "24", "--col", "8", "--dtype", "fp32", "--mode", "lookup",
-                  "--max-new-tokens", "12", "--json", "--threads", "1")
+                  "--max-new-tokens", "12", "--json", "--threads", "1", "--raw")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert {"text", "new_tokens", "target_passes", "drafted", "accepted", "ms"} <= set(result)
@@ -51,6 +51,11 @@ def test_corrupt_model_file(tmp_path):
     bad.write_bytes(os.urandom(256))
     out = run_cli(str(SAMPLE), "--line", "3", "--col", "0", "--model", str(bad))
     assert out.returncode != 0 and "not a valid GGUF" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_text_right_of_the_cursor_gets_no_suggestion():
+    out = run_cli(str(SAMPLE), "--line", "21", "--col", "8")
+    assert out.returncode != 0 and "no suggestion here" in out.stderr and out.stdout == ""
 
 
 def test_binary_file_is_refused(tmp_path):

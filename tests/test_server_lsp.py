@@ -3,6 +3,7 @@ embedded model) for the whole module."""
 import asyncio
 import os
 import sys
+from pathlib import Path
 
 import pytest
 import pytest_lsp
@@ -212,6 +213,25 @@ async def test_budget_never_shows_a_fragment_and_finishes_in_background(client: 
     assert after["continued"] == before["continued"] + 1
     assert after["cacheHits"] == before["cacheHits"] + 1
     assert whole is not None and whole.items[0].insert_text == unhurried.items[0].insert_text
+
+
+async def test_cli_complete_prints_what_the_editor_gets(client: LanguageClient):
+    """`lsp_server complete` takes the server's suggestion path: same prompt, stop rule and
+    clean-up, so it prints the text the server answers an editor with."""
+    sample = Path(__file__).parent.parent / "examples" / "shapes.py"
+    text = sample.read_text()
+    line, col = 24, 8
+    uri = open_doc(client, "shapes.py", text)
+    served = await client.text_document_inline_completion_async(inline_params(uri, line, col))
+    close_doc(client, uri)
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "lsp_server.cli", "complete", str(sample), "--line", str(line),
+        "--col", str(col), "--dtype", "fp32", "--max-new-tokens", str(OPTIONS["maxTokens"]),
+        "--threads", "2", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV)
+    stdout, stderr = await cli.communicate()
+    assert cli.returncode == 0, stderr
+    line_before = text.split("\n")[line][:col]
+    assert served is not None and stdout.decode() == served.items[0].insert_text[len(line_before):] + "\n"
 
 
 async def test_unknown_uri_and_out_of_range_positions_are_empty(client: LanguageClient):
