@@ -33,20 +33,25 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def summarize_mode(runs: list[Run], ar: dict[int, Run], references: dict[int, str]) -> dict:
+    """A mode's numbers; the comparisons with `ar` are None for `ar` itself (the baseline),
+    and the acceptance rate is None when nothing was drafted."""
     ms = np.array([r.ms for r in runs])
     seconds = ms.sum() / 1000
     passes = [r.passes for r in runs]
-    drafted = [r.drafted for r in runs]
+    drafted = None if None in (d := [r.drafted for r in runs]) else sum(d)
+    baseline = all(ar[r.task] is r for r in runs)
     return {
         "completions": len(runs),
         "p50_ms": round(float(np.percentile(ms, 50)), 1),
         "p95_ms": round(float(np.percentile(ms, 95)), 1),
         "tokens_per_s": _ratio(sum(len(r.tokens) for r in runs), seconds),
         "tokens_per_target_pass": None if None in passes else _ratio(sum(r.emitted for r in runs), sum(passes)),
-        "acceptance_rate": None if None in drafted else (
-            _ratio(sum(r.accepted for r in runs), sum(drafted)) or 0.0),
-        "speedup_vs_ar": _ratio(float(np.median([ar[r.task].ms for r in runs])), float(np.median(ms))),
-        "identical_to_ar": _ratio(sum(r.tokens == ar[r.task].tokens for r in runs), len(runs)),
+        "drafted": drafted,
+        "acceptance_rate": _ratio(sum(r.accepted for r in runs), drafted) if drafted else None,
+        "speedup_vs_ar": None if baseline else _ratio(
+            float(np.median([ar[r.task].ms for r in runs])), float(np.median(ms))),
+        "identical_to_ar": None if baseline else _ratio(
+            sum(r.tokens == ar[r.task].tokens for r in runs), len(runs)),
         "mean_new_tokens": _ratio(sum(len(r.tokens) for r in runs), len(runs)),
         # How often the first line written is the one the file really has (a quality hint).
         "first_line_correct": _ratio(
@@ -88,10 +93,12 @@ def format_table(report: dict) -> str:
         lines += [f"\n{workload}: {data['tasks']} tasks, up to {report['settings']['max_new_tokens']} "
                   f"new tokens, {report['model']['dtype']}, {cache}", header]
         for mode, m in data["modes"].items():
+            speedup = "baseline " if m["speedup_vs_ar"] is None else f"{m['speedup_vs_ar']:8.2f}x"
+            accept = f"{'no drafts':>10}" if m["drafted"] == 0 else _cell(m["acceptance_rate"], "8.2f")
             lines.append(
                 f"{mode:<12}{m['p50_ms']:>9.0f}{m['p95_ms']:>9.0f}{_cell(m['tokens_per_s'], '8.1f')}"
-                f"{_cell(m['tokens_per_target_pass'], '10.2f')}{_cell(m['acceptance_rate'], '8.2f')}"
-                f"{_cell(m['speedup_vs_ar'], '8.2f')}x{_cell(m['identical_to_ar'], '12.2f')}"
+                f"{_cell(m['tokens_per_target_pass'], '10.2f')}{accept}"
+                f"{speedup}{_cell(m['identical_to_ar'], '12.2f')}"
                 f"{_cell(m['first_line_correct'], '13.2f')}")
         bandwidth = data["modes"]["ar"].get("bandwidth_gb_s")
         if bandwidth and copy:

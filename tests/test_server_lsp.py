@@ -113,13 +113,17 @@ async def test_incremental_change_then_completion_fallback(client: LanguageClien
     assert item.label == suggestion.split("\n")[0]
 
 
-async def test_invoked_may_offer_alternatives(client: LanguageClient):
-    uri = open_doc(client, "alt.py", FIB)
-    result = await client.text_document_inline_completion_async(
-        inline_params(uri, *end_of(FIB), INVOKED))
+async def test_invoked_offers_a_sampled_alternative_after_the_greedy_one(client: LanguageClient):
+    """An invoked request (the user asked) gets the greedy suggestion first, then a sampled
+    one (temperature 0.8, seeded): in an open-ended block they differ."""
+    block = "class Inventory:\n    def __init__(self):"
+    uri = open_doc(client, "alt.py", block)
+    automatic = await client.text_document_inline_completion_async(inline_params(uri, *end_of(block)))
+    invoked = await client.text_document_inline_completion_async(
+        inline_params(uri, *end_of(block), INVOKED))
     close_doc(client, uri)
-    texts = [i.insert_text for i in result.items]
-    assert 1 <= len(texts) <= 2 and len(set(texts)) == len(texts)
+    texts = [i.insert_text for i in invoked.items]
+    assert len(texts) == 2 and texts[0] == automatic.items[0].insert_text != texts[1]
 
 
 async def test_typed_through_answers_from_cache(client: LanguageClient):
