@@ -324,7 +324,10 @@ def _report(args: tuple) -> dict:
 
 @server.command("draftline.stats")
 def stats(ls: DraftlineServer, *args) -> dict:
-    return ls.metrics.as_dict(ls.state)
+    engine = ls.engine
+    return ls.metrics.as_dict(ls.state) | {  # and what the current engine is and holds
+        "model": engine and ls.settings.model, "dtype": engine and engine.dtype,
+        "documents": engine and engine.lookup.documents}
 
 
 @server.command("draftline.didAccept")

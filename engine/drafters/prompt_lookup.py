@@ -45,6 +45,10 @@ class PromptLookup:
             self._docs.pop(doc_id, None)  # its index entries become stale and are skipped
 
     @property
+    def documents(self) -> int:
+        return len(self._docs)
+
+    @property
     def document_tokens(self) -> int:
         return sum(len(d) for d in self._docs.values())
 
