@@ -162,13 +162,13 @@ def _finish(out: _Output, stats: Stats, start: float) -> Generation:
 def verify_greedy(draft: Draft, logits: torch.Tensor) -> tuple[list[int], int]:
     """Walk the tree from the root, following the child that equals the target's argmax.
 
-    logits[0] scores the root (the current token), logits[i + 1] scores draft node i.
-    Returns the accepted node indices and the target's own next token after them."""
+    logits has a row per pass position (Draft.pass_position). Returns the accepted node
+    indices and the target's own next token after them."""
     children = {(p, t): i for i, (p, t) in enumerate(zip(draft.parents, draft.tokens))}
     accepted: list[int] = []
     node = -1
     while True:
-        best = int(logits[node + 1].argmax())
+        best = int(logits[draft.pass_position(node)].argmax())
         child = children.get((node, best))
         if child is None:
             return accepted, best
@@ -216,13 +216,12 @@ def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int
 
         t = time.perf_counter()
         base = target.length
-        parents = None if draft.is_chain else [-1] + [p + 1 for p in draft.parents]
-        logits = target.forward([current] + draft.tokens, parents)
+        logits = target.forward([current] + draft.tokens, draft.pass_parents())
         if sampling.greedy:
             accepted, current = verify_greedy(draft, logits)
         else:
             accepted, current = verify_sampling(draft, logits, sampling, generator)
-        target.keep(base, [0] + [i + 1 for i in accepted])
+        target.keep(base, [draft.pass_position(i) for i in [-1, *accepted]])
         stats.verify_ms += _ms_since(t)
 
         stats.target_passes += 1

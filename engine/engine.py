@@ -11,10 +11,9 @@ import torch
 from engine.backends.base import Backend
 from engine.calibrate import Calibration, load_or_measure, measure_pass_costs
 from engine.decoding import Healing, StopRules, generate_autoregressive, generate_speculative
-from engine.draft_length import break_even_probability
 from engine.draft_loading import load_embedded_draft
+from engine.drafters.base import ModelDrafter
 from engine.drafters.draft_model import DraftModel
-from engine.drafters.feature_draft import FeatureDraft
 from engine.drafters.hybrid import Hybrid
 from engine.drafters.prompt_lookup import PromptLookup
 from engine.errors import EngineError
@@ -59,7 +58,7 @@ class Engine:
 
     K_MAX = 12  # most draft tokens per branch
 
-    def __init__(self, target: Backend, tokenizer: Tokenizer, draft: FeatureDraft | DraftModel | None = None,
+    def __init__(self, target: Backend, tokenizer: Tokenizer, draft: ModelDrafter | None = None,
                  k_max: int = K_MAX, pass_cost: list[float] | None = None, draft_cost: float = 0.0):
         self.target = target
         self.tokenizer = tokenizer
@@ -87,8 +86,7 @@ class Engine:
             if hasattr(target, "threads_by_width"):
                 drafter.backend.threads_by_width = target.threads_by_width  # its passes are 1 token
             draft_cost = measure_pass_costs(drafter.backend, 1)[1]
-            if isinstance(drafter, FeatureDraft):
-                drafter.min_path_prob = break_even_probability(pass_cost, draft_cost)
+            drafter.tune(pass_cost, draft_cost)
         engine = cls(target, tokenizer, drafter, pass_cost=pass_cost, draft_cost=draft_cost)
         engine.calibration, engine.dtype = calibration, dtype
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
@@ -180,7 +178,7 @@ class Engine:
 
 
 def _load_drafter(spec: str | None, target: Backend, tokenizer: Tokenizer, dtype: str | None,
-                  max_len: int) -> FeatureDraft | DraftModel | None:
+                  max_len: int) -> ModelDrafter | None:
     if spec == EMBEDDED:  # a trained layer reading the target's own features
         return load_embedded_draft(target)
     if not spec:

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from engine.drafters.base import Draft
 from tests.code_samples import stdlib_text
 
 ATOL = 2e-3  # fp32 logits; different pass widths sum in different orders
@@ -72,3 +73,21 @@ def test_keep_compacts_an_accepted_tree_path(target, tokens):
     assert target.tokens == tokens[:62]
     got = target.forward(tokens[62:70])
     torch.testing.assert_close(got, fresh_logits(target, tokens[:70])[62:], atol=ATOL, rtol=0)
+
+
+def test_draft_pass_positions_address_each_node_in_one_verification_pass(target, tokens):
+    """Draft.pass_position / pass_parents: node i of a draft tree is scored by the pass row that
+    sequential decoding of its path would give; the root row scores the current token."""
+    prefix, current = tokens[:90], tokens[90]
+    draft = Draft(tokens=[tokens[91], tokens[92], 400, 401, 402], parents=[-1, 0, -1, 2, 2])
+    assert Draft.chain(draft.tokens).pass_parents() is None  # a chain is a plain causal pass
+    target.truncate(0)
+    target.forward(prefix)
+    rows = target.forward([current] + draft.tokens, draft.pass_parents())
+    for node in range(-1, len(draft)):
+        path, up = [], node
+        while up >= 0:
+            path.insert(0, draft.tokens[up])
+            up = draft.parents[up]
+        expected = fresh_logits(target, prefix + [current] + path)[-1]
+        torch.testing.assert_close(rows[Draft.pass_position(node)], expected, atol=ATOL, rtol=0)

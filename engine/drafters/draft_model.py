@@ -20,6 +20,9 @@ class DraftModel:
         # Greedy drafting stops at a token the draft itself doubts: it would likely be rejected.
         self.min_confidence = min_confidence
 
+    def tune(self, pass_cost: Sequence[float], draft_cost: float) -> None:
+        """Nothing to tune: it stops on its own confidence (min_confidence)."""
+
     def reset(self) -> None:
         """Forget the cache."""
         self.backend.truncate(0)

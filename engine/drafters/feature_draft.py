@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from engine.backends.base import PREFILL_CHUNK
 from engine.backends.torch_llama import TorchLlama
+from engine.draft_length import break_even_probability
 from engine.drafters.base import Draft
 from engine.sampling import Sampling, draw, probabilities
 
@@ -40,6 +41,10 @@ class FeatureDraft:
         self.min_path_prob = min_path_prob
         self.siblings, self.sibling_levels, self.sibling_min_prob = siblings, sibling_levels, sibling_min_prob
         self._inputs: list[int] = []  # the context tokens behind the draft's true-feature positions
+
+    def tune(self, pass_cost: Sequence[float], draft_cost: float) -> None:
+        """Chains stop where the path probability no longer pays for the longer pass."""
+        self.min_path_prob = break_even_probability(pass_cost, draft_cost)
 
     def reset(self) -> None:
         """Forget the cache (e.g. after the target's cache was emptied)."""
