@@ -56,12 +56,13 @@ def _run(version: str, *args: str, env: dict | None = None) -> None:
 
 
 @pytest.mark.parametrize("version", ["0.12", "0.11"])
-def test_plugin_shows_and_accepts_a_suggestion(version: str, tmp_path: Path, fp32_engine) -> None:
+def test_plugin_shows_and_accepts_a_suggestion(version: str, tmp_path: Path, request) -> None:
     result = tmp_path / "result.json"
     _run(version, "-u", str(INIT), "-c", f"luafile {SCRIPT}", env={"DRAFTLINE_RESULT": str(result)})
     typed = json.loads(result.read_text())
-    # Independent route: plain greedy decoding of the same text by the engine in this process.
-    greedy = fp32_engine.complete(typed["prefix"], mode="ar", limits=Limits(max_new_tokens=MAX_TOKENS)).text
+    # Independent route: plain greedy decoding of the same text by the engine in this process
+    # (loaded only now: not when Neovim is missing, and not competing with the server).
+    greedy = request.getfixturevalue("fp32_engine").complete(typed["prefix"], mode="ar", limits=Limits(max_new_tokens=MAX_TOKENS)).text
     line = greedy.split("\n")[0].rstrip()
     assert line
     assert typed["accepted"] == typed["prefix"] + line

@@ -3,7 +3,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
 
-/** The settings the server reads (lsp_server/options.py); package.json contributes each as `draftline.<key>`. */
+/** The settings the server reads (lsp_server/options.py), each contributed as `draftline.<key>`. */
 export const SERVER_KEYS = [
   'model', 'draft', 'mode', 'dtype', 'backend', 'maxTokens', 'multiline', 'timeBudgetMs', 'debounceMs', 'enabled',
 ] as const;
