@@ -18,7 +18,10 @@ class Metrics:
         self.cancelled = 0  # superseded or cancelled by the client
         self.cache_hits = 0  # answered from the typed-through cache
         self.continued = 0  # answered empty at the time budget; finished in the background
-        self.accepted = 0  # suggestions the client reported as taken
+        self.accepted = 0  # suggestions the client reported as taken whole
+        self.partially_accepted = 0  # partial accepts (a word, a line) the client reported
+        self.accepted_chars = 0  # UTF-16 code units of suggestions taken by partial accepts
+        self._partial: dict[str, tuple[str, int]] = {}  # uri -> (suggestion, length taken so far)
         self.shown = 0
         self.drafted_tokens = 0
         self.accepted_tokens = 0
@@ -29,6 +32,16 @@ class Metrics:
         self.latencies_ms.append(ms)
         self.last_latency_ms = round(ms, 1)
 
+    def partially_accepted_at(self, uri: str, text: str, length: int) -> None:
+        """The client took the first `length` units of suggestion `text` at `uri`. `length`
+        counts what is taken so far (as VS Code's acceptedLength does), so a second partial
+        accept of the same suggestion adds only what it took beyond the first."""
+        last_text, last_length = self._partial.get(uri, ("", 0))
+        before = last_length if last_text == text else 0
+        self.partially_accepted += 1
+        self.accepted_chars += max(0, length - before)
+        self._partial[uri] = (text, max(length, before))
+
     @property
     def acceptance_rate(self) -> float | None:
         """Draft tokens the target accepted / drafted (speculative decoding's hit rate)."""
@@ -38,7 +51,8 @@ class Metrics:
         lat = list(self.latencies_ms)
         return {"requests": self.requests, "generated": self.generated,
                 "cancelled": self.cancelled, "cacheHits": self.cache_hits, "continued": self.continued,
-                "accepted": self.accepted, "shown": self.shown,
+                "accepted": self.accepted, "partiallyAccepted": self.partially_accepted,
+                "acceptedChars": self.accepted_chars, "shown": self.shown,
                 "acceptanceRate": self.acceptance_rate, "p50Ms": _percentile(lat, 0.5),
                 "p95Ms": _percentile(lat, 0.95), "lastLatencyMs": self.last_latency_ms,
                 "state": state}

@@ -346,9 +346,10 @@ def did_show(ls: DraftlineServer, *args) -> None:
 @server.command("draftline.didPartiallyAcceptCompletion")
 def did_partially_accept(ls: DraftlineServer, *args) -> None:
     report = _report(args)
-    if not isinstance(report.get("acceptedLength"), int):
-        raise JsonRpcInvalidParams("acceptedLength must be an integer")
-    ls.metrics.accepted += 1
+    length = report.get("acceptedLength")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise JsonRpcInvalidParams("acceptedLength must be an integer >= 0")
+    ls.metrics.partially_accepted_at(report.get("uri", ""), report["text"], length)
 
 
 @server.command("draftline.toggle")

@@ -34,6 +34,12 @@ def inline(msg_id, trigger_kind: int) -> dict:
                        "context": {"triggerKind": trigger_kind}}}
 
 
+def partial(msg_id, accepted_length: int) -> dict:
+    return {"jsonrpc": "2.0", "id": msg_id, "method": "workspace/executeCommand", "params": {
+        "command": "draftline.didPartiallyAcceptCompletion",
+        "arguments": [{"uri": URI, "text": "(n - 1)", "acceptedLength": accepted_length}]}}
+
+
 def test_stdout_is_pure_protocol_and_bad_params_get_errors():
     session = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}},
@@ -43,6 +49,7 @@ def test_stdout_is_pure_protocol_and_bad_params_get_errors():
         inline(2, 2),  # the model is still loading: an empty answer, not a hang
         inline(3, 0),  # triggerKind 0 does not exist: InvalidParams
         {"jsonrpc": "2.0", "id": 4, "method": "textDocument/inlineCompletion", "params": 5},
+        partial(7, 2), partial(8, 4), partial(9, -1),  # a second report of one suggestion: +2
         {"jsonrpc": "2.0", "id": 5, "method": "workspace/executeCommand",
          "params": {"command": "draftline.stats"}},  # still serving
         {"jsonrpc": "2.0", "id": 6, "method": "shutdown"},
@@ -58,4 +65,7 @@ def test_stdout_is_pure_protocol_and_bad_params_get_errors():
     assert replies[3]["error"]["code"] == -32602
     assert replies[4]["error"]["code"] == -32602
     assert replies[5]["result"]["requests"] == 1  # the two malformed ones never ran
+    assert replies[9]["error"]["code"] == -32602  # acceptedLength -1
+    assert (replies[5]["result"]["partiallyAccepted"], replies[5]["result"]["acceptedChars"]) == (2, 4)
+    assert replies[5]["result"]["accepted"] == 0  # partial accepts are not full ones
     assert replies[6]["result"] is None

@@ -7,5 +7,6 @@ require('draftline').setup({
   cmd = { repo .. '/.venv/bin/lsp_server', '--stdio' },
   filetypes = { 'python' },
   -- Generous: two shared CPU cores; speed is measured by the benchmark, not here.
-  settings = { maxTokens = 24, timeBudgetMs = 10000 },
+  -- fp32: the exact mode, so that the accepted text can be checked against plain greedy decoding.
+  settings = { maxTokens = 24, timeBudgetMs = 10000, dtype = 'fp32' },
 })

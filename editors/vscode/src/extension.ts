@@ -4,7 +4,7 @@
 import * as vscode from 'vscode';
 import { LanguageClient, State } from 'vscode-languageclient/node';
 import { createClient, sendSettings, serverCommand } from './client';
-import { readLanguages, readServerSettings, serverPathFromSettings } from './settings';
+import { ServerSettings, readLanguages, readServerSettings, serverPathFromSettings } from './settings';
 import { Stats, formatStats } from './stats';
 import { ServerStatus, StatusBar } from './status';
 
@@ -15,6 +15,7 @@ export interface DraftlineApi {
 }
 
 let client: LanguageClient | undefined;
+let sent: ServerSettings = {}; // the settings the running server was given
 let statusBar: StatusBar | undefined;
 
 export async function activate(context: vscode.ExtensionContext): Promise<DraftlineApi> {
@@ -34,7 +35,8 @@ export function deactivate(): Promise<void> | undefined {
 }
 
 async function startClient(): Promise<void> {
-  const c = createClient(serverPathFromSettings(), readLanguages(), readServerSettings());
+  sent = readServerSettings();
+  const c = createClient(serverPathFromSettings(), readLanguages(), sent);
   client = c;
   c.onNotification('draftline/status', (s: ServerStatus) => statusBar?.update(s));
   c.onDidChangeState((e) => {
@@ -61,12 +63,16 @@ async function onDidChangeConfiguration(e: vscode.ConfigurationChangeEvent): Pro
   if (!e.affectsConfiguration('draftline')) {
     return;
   }
-  // The executable and the document selector are fixed when a client starts.
-  if (e.affectsConfiguration('draftline.serverPath') || e.affectsConfiguration('draftline.languages')) {
+  const settings = readServerSettings();
+  // The executable and the document selector are fixed when a client starts. A setting the user
+  // cleared goes back to the server's command line or default, which only a new server knows.
+  const cleared = Object.keys(sent).some((key) => !(key in settings));
+  if (e.affectsConfiguration('draftline.serverPath') || e.affectsConfiguration('draftline.languages') || cleared) {
     await stopClient();
     await startClient();
   } else if (client?.isRunning()) {
-    await sendSettings(client, readServerSettings());
+    sent = settings;
+    await sendSettings(client, settings);
   }
 }
 

@@ -3,38 +3,32 @@ import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
 
-/** What the server reads from initializationOptions and workspace/didChangeConfiguration. */
-export interface ServerSettings {
-  model: string;
-  draft: string | null;
-  mode: string;
-  dtype: string | null;
-  backend: string;
-  maxTokens: number;
-  multiline: 'auto' | 'always' | 'never';
-  timeBudgetMs: number;
-  debounceMs: number;
-  enabled: boolean;
-}
+/** The settings the server reads (lsp_server/options.py), each contributed as `draftline.<key>`. */
+export const SERVER_KEYS = [
+  'model', 'draft', 'mode', 'dtype', 'backend', 'maxTokens', 'multiline', 'timeBudgetMs', 'debounceMs', 'enabled',
+] as const;
+export type ServerSettings = Partial<Record<(typeof SERVER_KEYS)[number], unknown>>;
 
+/**
+ * The server settings the user set (folder, workspace or user settings, the narrowest wins).
+ * Unset ones are left out, so the server's command line and its own defaults decide them.
+ */
 export function readServerSettings(): ServerSettings {
   const c = vscode.workspace.getConfiguration('draftline');
-  return {
-    model: c.get<string>('model', 'embedded'),
-    draft: c.get<string | null>('draft', null) || null,
-    mode: c.get<string>('mode', 'hybrid'),
-    dtype: c.get<string | null>('dtype', null) || null,
-    backend: c.get<string>('backend', 'auto'),
-    maxTokens: c.get<number>('maxTokens', 64),
-    multiline: c.get<'auto' | 'always' | 'never'>('multiline', 'auto'),
-    timeBudgetMs: c.get<number>('timeBudgetMs', 400),
-    debounceMs: c.get<number>('debounceMs', 0),
-    enabled: c.get<boolean>('enabled', true),
-  };
+  const set: ServerSettings = {};
+  for (const key of SERVER_KEYS) {
+    const i = c.inspect(key);
+    // `null` is a value (e.g. no draft model); only `undefined` means "not set here".
+    const value = [i?.workspaceFolderValue, i?.workspaceValue, i?.globalValue].find((v) => v !== undefined);
+    if (value !== undefined) {
+      set[key] = value;
+    }
+  }
+  return set;
 }
 
 export function readLanguages(): string[] {
-  return vscode.workspace.getConfiguration('draftline').get<string[]>('languages', ['python']);
+  return vscode.workspace.getConfiguration('draftline').get<string[]>('languages') ?? [];
 }
 
 /**
@@ -60,7 +54,7 @@ export function resolveServerPath(
 }
 
 export function serverPathFromSettings(): string {
-  const configured = vscode.workspace.getConfiguration('draftline').get<string>('serverPath', '');
+  const configured = vscode.workspace.getConfiguration('draftline').get<string>('serverPath') ?? '';
   const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
   return resolveServerPath(configured, folders);
 }

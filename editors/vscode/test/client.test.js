@@ -48,7 +48,7 @@ async function inline(doc, position, token = new vscode.CancellationTokenSource(
 before(async () => {
   // The extension finds .venv/bin/lsp_server in the workspace folder, like it does for a user.
   vscode.workspace.workspaceFolders = [{ uri: vscode.Uri.file(REPO), name: 'draftline', index: 0 }];
-  Object.assign(fake.state.config, {
+  await fake.setConfig({
     'draftline.serverPath': process.env.DRAFTLINE_SERVER || '',
     'draftline.languages': ['python'],
     'draftline.maxTokens': 24,

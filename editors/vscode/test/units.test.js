@@ -1,9 +1,11 @@
-// Pure helpers: server path resolution, status bar text, stats text.
+// Helpers: server path resolution, which settings are sent (against the stand-in `vscode`),
+// status bar text, stats text.
 'use strict';
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('path');
-const { resolveServerPath } = require('../out/settings');
+const vscode = require('vscode');
+const { SERVER_KEYS, readServerSettings, resolveServerPath } = require('../out/settings');
 const { statusText } = require('../out/status');
 const { formatStats } = require('../out/stats');
 
@@ -20,6 +22,21 @@ test('without a virtual environment the server comes from PATH', () => {
   assert.equal(resolveServerPath('', ['/a'], () => false), 'lsp_server');
 });
 
+test('the server keys are the server settings package.json contributes', () => {
+  const contributed = Object.keys(require('../package.json').contributes.configuration.properties)
+    .map((k) => k.replace(/^draftline\./, '')).filter((k) => k !== 'serverPath' && k !== 'languages');
+  assert.deepEqual([...SERVER_KEYS].sort(), contributed.sort());
+});
+
+test('only the settings the user set are sent; the narrowest level wins; null is a value', async () => {
+  const { setConfig } = vscode.__test;
+  assert.deepEqual(readServerSettings(), {}, 'nothing set, nothing sent (no defaults)');
+  await setConfig({ 'draftline.maxTokens': 24, 'draftline.mode': 'ar', 'draftline.draft': 'embedded', 'draftline.languages': ['go'] });
+  await setConfig({ 'draftline.mode': 'hybrid', 'draftline.draft': null }, 'workspaceValue');
+  await setConfig({ 'draftline.mode': 'draft' }, 'workspaceFolderValue');
+  assert.deepEqual(readServerSettings(), { maxTokens: 24, mode: 'draft', draft: null });
+});
+
 test('status text shows state, latency and acceptance', () => {
   assert.equal(statusText({ state: 'ready', lastLatencyMs: 83.6, acceptanceRate: 0.404 }), '$(check) Draftline 84 ms · 40%');
   assert.equal(statusText({ state: 'ready' }), '$(check) Draftline');
@@ -30,7 +47,7 @@ test('status text shows state, latency and acceptance', () => {
 
 test('stats text names every counter', () => {
   const text = formatStats({ requests: 7, generated: 5, cancelled: 2, cacheHits: 1, accepted: 3, shown: 4,
-    acceptanceRate: 0.75, p50Ms: 80, p95Ms: 210.4, lastLatencyMs: null, state: 'ready' });
-  assert.equal(text, 'Draftline (ready): 7 requests, 5 generated, 3 accepted of 4 shown, 2 cancelled, ' +
+    partiallyAccepted: 6, acceptedChars: 42, acceptanceRate: 0.75, p50Ms: 80, p95Ms: 210.4, lastLatencyMs: null, state: 'ready' });
+  assert.equal(text, 'Draftline (ready): 7 requests, 5 generated, 3 accepted of 4 shown, 6 partly (42 chars), 2 cancelled, ' +
     '1 cache hits; draft tokens accepted 75%; latency p50 80 ms, p95 210 ms, last n/a');
 });

@@ -52,13 +52,16 @@ function M.apply(bufnr, s, how)
   vim.api.nvim_buf_set_text(bufnr, row - 1, col, row - 1, col, lines)
   local last = #lines == 1 and col + #lines[1] or #lines[#lines]
   vim.api.nvim_win_set_cursor(0, { row + #lines - 1, last })
+  -- The server's report {uri, text}: `text` is the suggestion proper, the end of `s.text`.
+  local cmd = s.command or { command = 'draftline.didAccept', arguments = { { uri = s.uri, text = s.text } } }
+  local report = cmd.arguments[1]
   if how == 'all' or chunk == rest then
-    local cmd = s.command or { command = 'draftline.didAccept', arguments = { { uri = s.uri, text = s.text } } }
-    notify(s.client_id, cmd.command, cmd.arguments[1])
+    notify(s.client_id, cmd.command, report)
   else
-    local accepted = #s.text - #rest + #chunk
+    -- acceptedLength: the UTF-16 length of the suggestion's start that is now in the buffer.
+    local taken = report.text:sub(1, math.max(0, #report.text - #rest + #chunk))
     notify(s.client_id, 'draftline.didPartiallyAcceptCompletion',
-      { uri = s.uri, text = s.text, acceptedLength = vim.str_utfindex(s.text:sub(1, accepted), 'utf-16') })
+      { uri = report.uri, text = report.text, acceptedLength = vim.str_utfindex(taken, 'utf-16') })
   end
   return true
 end

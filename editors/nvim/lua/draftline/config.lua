@@ -6,19 +6,11 @@ M.defaults = {
   -- then this plugin's own checkout), else `lsp_server` on PATH.
   cmd = nil,
   filetypes = { 'python', 'javascript', 'typescript', 'go', 'rust', 'c', 'cpp', 'java', 'lua', 'sh' },
-  -- Sent as initializationOptions and as workspace/didChangeConfiguration section `draftline`.
-  settings = {
-    model = 'embedded',
-    draft = vim.NIL,
-    mode = 'lookup',
-    dtype = vim.NIL,
-    backend = 'auto',
-    maxTokens = 64,
-    multiline = 'auto', -- 'auto' | 'always' | 'never'
-    timeBudgetMs = 400,
-    debounceMs = 0,
-    enabled = true,
-  },
+  -- Server settings (docs/server.md), e.g. { maxTokens = 32, mode = 'hybrid' }; vim.NIL sends
+  -- null. Sent as initializationOptions and as workspace/didChangeConfiguration section
+  -- `draftline`. Only these are sent: the server's command line (`cmd`) and its own defaults
+  -- decide the rest.
+  settings = {},
   -- Insert-mode keys; false skips one. Without a suggestion each key does what it did before.
   keymaps = {
     accept = '<Tab>',

@@ -61,8 +61,9 @@ end
 function M.format_stats(s)
   local rate = type(s.acceptanceRate) == 'number' and string.format('%d%%', math.floor(s.acceptanceRate * 100 + 0.5)) or 'n/a'
   return string.format(
-    'Draftline (%s): %d requests, %d generated, %d accepted of %d shown, %d cancelled, %d cache hits; draft tokens accepted %s; latency p50 %s, p95 %s, last %s',
-    s.state, s.requests, s.generated, s.accepted, s.shown, s.cancelled, s.cacheHits, rate, ms(s.p50Ms), ms(s.p95Ms), ms(s.lastLatencyMs))
+    'Draftline (%s): %d requests, %d generated, %d accepted of %d shown, %d partly (%d chars), %d cancelled, %d cache hits; draft tokens accepted %s; latency p50 %s, p95 %s, last %s',
+    s.state, s.requests, s.generated, s.accepted, s.shown, s.partiallyAccepted, s.acceptedChars, s.cancelled, s.cacheHits,
+    rate, ms(s.p50Ms), ms(s.p95Ms), ms(s.lastLatencyMs))
 end
 
 local subcommands = {
@@ -106,8 +107,9 @@ function M.setup(opts)
     cmd_env = { OMP_WAIT_POLICY = 'PASSIVE' },
     filetypes = cfg.filetypes,
     root_markers = { '.git', 'pyproject.toml', 'package.json' },
-    init_options = cfg.settings,
-    settings = { draftline = cfg.settings },
+    -- Nothing when the user set nothing: an empty table would go out as a JSON array.
+    init_options = next(cfg.settings) and cfg.settings or nil,
+    settings = next(cfg.settings) and { draftline = cfg.settings } or nil,
     handlers = { ['draftline/status'] = on_status },
   })
   vim.lsp.enable('draftline')

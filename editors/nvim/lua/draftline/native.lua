@@ -1,5 +1,5 @@
 -- Neovim 0.12+: the native `vim.lsp.inline_completion` shows the ghost text; this adds
--- accepting a word / line of it (through `get{ on_accept }`).
+-- accepting a word / line of it and dismissing it (both through `get{ on_accept }`).
 local accept = require('draftline.accept')
 local M = {}
 
@@ -34,9 +34,11 @@ function M.accept(how)
   })
 end
 
---- The native completor has no public "dismiss"; leaving insert mode dismisses.
+--- Hide the visible suggestion (until the next edit); false when there is none. 0.12 has no
+--- public "dismiss": `get()` clears the suggestion and cancels the pending request before it
+--- hands the item to `on_accept`, which drops it here.
 function M.dismiss()
-  return false
+  return vim.lsp.inline_completion.get({ on_accept = function() end })
 end
 
 return M

@@ -82,8 +82,13 @@ class InlayHint {}
 class SymbolInformation {}
 class TypeHierarchyItem {}
 
+// What package.json contributes: each setting's default, as VS Code reads it.
+const CONTRIBUTED = require(path.join(__dirname, '..', '..', '..', 'package.json')).contributes.configuration.properties;
+const LEVELS = ['globalValue', 'workspaceValue', 'workspaceFolderValue'];  // the narrowest set one wins
+
 const state = {
-  config: {},                 // 'draftline.maxTokens' -> value
+  // The user's settings by level, e.g. config.globalValue['draftline.maxTokens'] = 24.
+  config: Object.fromEntries(LEVELS.map((level) => [level, {}])),
   commands: new Map(),
   inlineProviders: [],
   completionProviders: [],
@@ -104,8 +109,19 @@ const workspace = {
   notebookDocuments: [],
   getConfiguration(section) {
     const prefix = section ? `${section}.` : '';
-    const get = (key, dflt) => (`${prefix}${key}` in state.config ? state.config[`${prefix}${key}`] : dflt);
-    return { get, has: (key) => `${prefix}${key}` in state.config, update: async (key, value) => { state.config[`${prefix}${key}`] = value; } };
+    const inspect = (key) => {
+      const name = `${prefix}${key}`;
+      if (!(name in CONTRIBUTED)) return undefined;
+      return { key: name, defaultValue: CONTRIBUTED[name].default,
+        ...Object.fromEntries(LEVELS.map((level) => [level, state.config[level][name]])) };
+    };
+    const get = (key, dflt) => {
+      const i = inspect(key);
+      const value = i && [...LEVELS].reverse().map((level) => i[level]).find((v) => v !== undefined);
+      return value !== undefined ? value : i?.defaultValue !== undefined ? i.defaultValue : dflt;
+    };
+    return { get, inspect, has: (key) => inspect(key) !== undefined,
+      update: async (key, value) => __test.setConfig({ [`${prefix}${key}`]: value }) };
   },
   getWorkspaceFolder: () => undefined,
   onDidChangeConfiguration: onDidChangeConfiguration.event,
@@ -135,7 +151,8 @@ const window = {
   onDidChangeActiveTextEditor: noEvent,
   createOutputChannel: outputChannel,
   createStatusBarItem(alignment, priority) {
-    const item = { alignment, priority, text: '', tooltip: '', command: undefined, visible: false, show() { this.visible = true; }, hide() { this.visible = false; }, dispose() {} };
+    const item = { alignment, priority, text: '', tooltips: [], command: undefined, visible: false, show() { this.visible = true; }, hide() { this.visible = false; }, dispose() {},
+      get tooltip() { return this.tooltips.at(-1) ?? ''; }, set tooltip(t) { this.tooltips.push(t); } };  // every tooltip it showed
     state.statusBarItems.push(item);
     return item;
   },
@@ -187,8 +204,12 @@ const __test = {
     onDidOpenTextDocument.fire(doc);
     return doc;
   },
-  async setConfig(values) {
-    Object.assign(state.config, values);
+  /** Set (or, with `undefined`, unset) settings at one level, as the Settings editor does. */
+  async setConfig(values, level = 'globalValue') {
+    for (const [name, value] of Object.entries(values)) {
+      if (value === undefined) delete state.config[level][name];
+      else state.config[level][name] = value;
+    }
     const keys = Object.keys(values);
     onDidChangeConfiguration.fire({ affectsConfiguration: (s) => keys.some((k) => k === s || k.startsWith(`${s}.`)) });
   },
