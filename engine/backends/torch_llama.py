@@ -1,8 +1,9 @@
 """A Llama-family decoder in plain torch with a preallocated KV cache.
 
-RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, tied or untied head. Q/K/V and
-gate/up are fused into one matmul each: on a CPU most of a one-token pass is per-op overhead.
-Runs on the CPU, or on CUDA when asked.
+Rotary embeddings (with rope scaling, engine/rope.py), grouped-query attention, tied or untied
+head; what differs between families (RMSNorm or LayerNorm, SwiGLU or GELU MLP, biases, q/k
+norm) comes from engine/architectures.py. Q/K/V and gate/up are fused into one matmul each:
+on a CPU most of a one-token pass is per-op overhead. Runs on the CPU, or on CUDA when asked.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.architectures import FAMILIES
 from engine.backends.base import Backend
 from engine.errors import EngineError
+from engine.rope import rope_tables
 from engine.weights import LlamaConfig, LoadedWeights
 
 
@@ -54,8 +57,16 @@ class _Layer:
     bqkv: torch.Tensor | None
     wo: Weight
     ffn_norm: torch.Tensor
-    w_gate_up: Weight
+    w_gate_up: Weight  # gate and up stacked (SwiGLU), or up alone (GELU MLP)
     w_down: Weight
+    # None where the family has no such tensor
+    attn_norm_bias: torch.Tensor | None = None
+    ffn_norm_bias: torch.Tensor | None = None
+    bo: torch.Tensor | None = None
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+    b_up: torch.Tensor | None = None
+    b_down: torch.Tensor | None = None
 
 
 def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -69,6 +80,13 @@ def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torc
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float, kind: str) -> torch.Tensor:
+    """RMSNorm ("rms") or LayerNorm ("layer"), as the family's row in engine/architectures.py says."""
+    if kind == "rms":
+        return rms_norm(x, weight, eps)
+    return F.layer_norm(x, weight.shape, weight, bias, eps)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -114,8 +132,11 @@ class TorchLlama(Backend):
         self.device = torch.device(device)
         if int8 and self.device.type != "cpu":
             raise EngineError("int8 weights are a CPU mode; use bf16 or fp16 on a GPU")
+        self.family = FAMILIES[c.family]
         self.vocab_size = c.vocab_size
-        self.max_len = min(max_len, c.max_position)
+        # Within a sliding window every position sees all earlier ones, so capping the context
+        # at the window computes exactly what the windowed model does.
+        self.max_len = min(max_len, c.max_position, c.sliding_window or max_len)
         # torch threads for a pass of n tokens: threads_by_width[min(n, last)] (engine/calibrate.py)
         self.threads_by_width: list[int] | None = None
         # The final normed hidden state of every cached position, once `record_features` is
@@ -134,34 +155,47 @@ class TorchLlama(Backend):
         if self.head_rows is not None:
             self.head = (self.head.select(self.head_rows) if isinstance(self.head, Int8Weight)
                          else self.head[self.head_rows].contiguous())
+        def optional(name: str) -> torch.Tensor | None:
+            return cast(t[name]) if name in t else None
+
+        # `t` may be lazy (engine/weights.py): each lookup reads one tensor, which is converted
+        # and dropped before the next, so the source model is never held whole.
         self.norm = cast(t["norm"])
+        self.norm_bias = optional("norm_bias")
         self.layers = []
         for i in range(c.n_layers):
             p = f"layers.{i}."
             biases = [t.get(p + b) for b in ("bq", "bk", "bv")]
+            up = [t[p + "w_gate"], t[p + "w_up"]] if self.family.mlp == "swiglu" else [t[p + "w_up"]]
             self.layers.append(_Layer(
                 attn_norm=cast(t[p + "attn_norm"]),
                 wqkv=matrix(torch.cat([t[p + "wq"], t[p + "wk"], t[p + "wv"]])),
                 bqkv=cast(torch.cat(biases)) if all(b is not None for b in biases) else None,
                 wo=matrix(t[p + "wo"]),
                 ffn_norm=cast(t[p + "ffn_norm"]),
-                w_gate_up=matrix(torch.cat([t[p + "w_gate"], t[p + "w_up"]])),
+                w_gate_up=matrix(torch.cat(up)),
                 w_down=matrix(t[p + "w_down"]),
+                attn_norm_bias=optional(p + "attn_norm_bias"),
+                ffn_norm_bias=optional(p + "ffn_norm_bias"),
+                bo=optional(p + "bo"),
+                q_norm=optional(p + "q_norm"),
+                k_norm=optional(p + "k_norm"),
+                b_up=optional(p + "b_up"),
+                b_down=optional(p + "b_down"),
             ))
         hd = c.dim_per_head
         shape = (c.n_layers, c.n_kv_heads, self.max_len, hd)
         self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-        angles = torch.outer(torch.arange(self.max_len, dtype=torch.float64), inv_freq)
-        angles = torch.cat([angles, angles], dim=-1)
-        self.cos = angles.cos().to(device=self.device, dtype=self.dtype)
-        self.sin = angles.sin().to(device=self.device, dtype=self.dtype)
+        cos, sin = rope_tables(self.max_len, hd, c.rope_theta, c.rope_scaling)
+        self.cos = cos.to(device=self.device, dtype=self.dtype)
+        self.sin = sin.to(device=self.device, dtype=self.dtype)
 
     @property
     def weight_bytes(self) -> int:
         """Bytes read from memory per pass (for the achieved-bandwidth figure)."""
         tensors = [self.embed, self.norm] + ([] if self.head is self.embed else [self.head])
+        tensors += [] if self.norm_bias is None else [self.norm_bias]
         for layer in self.layers:
             tensors += [w for w in vars(layer).values() if w is not None]
         return sum(w.nbytes if isinstance(w, Int8Weight) else w.numel() * w.element_size()
@@ -207,27 +241,35 @@ class TorchLlama(Backend):
             [torch.ones(n, start, dtype=torch.bool, device=dev), local], dim=1)
         cos, sin = self.cos[pos], self.sin[pos]
         hd, nh, nkv = c.dim_per_head, c.n_heads, c.n_kv_heads
+        kind, eps = self.family.norm, c.rms_eps
         end = start + n
         for i, layer in enumerate(self.layers):
-            h = rms_norm(x, layer.attn_norm, c.rms_eps)
+            h = norm(x, layer.attn_norm, layer.attn_norm_bias, eps, kind)
             q, k, v = linear(h, layer.wqkv, layer.bqkv).split([nh * hd, nkv * hd, nkv * hd], -1)
-            q = q.view(n, nh, hd).transpose(0, 1)
-            k = k.view(n, nkv, hd).transpose(0, 1)
+            q, k = q.view(n, nh, hd), k.view(n, nkv, hd)
+            if layer.q_norm is not None:  # Qwen3: per-head RMSNorm before rotary
+                q, k = rms_norm(q, layer.q_norm, eps), rms_norm(k, layer.k_norm, eps)
+            q, k = q.transpose(0, 1), k.transpose(0, 1)
             q = q * cos + _rotate_half(q) * sin
             self.k_cache[i, :, start:end] = k * cos + _rotate_half(k) * sin
             self.v_cache[i, :, start:end] = v.view(n, nkv, hd).transpose(0, 1)
             attn = self._attention(q, self.k_cache[i, :, :end], self.v_cache[i, :, :end], mask)
-            x = x + linear(attn, layer.wo)
-            h = rms_norm(x, layer.ffn_norm, c.rms_eps)
-            gate, up = linear(h, layer.w_gate_up).chunk(2, dim=-1)
-            x = x + linear(F.silu(gate) * up, layer.w_down)
+            x = x + linear(attn, layer.wo, layer.bo)
+            h = norm(x, layer.ffn_norm, layer.ffn_norm_bias, eps, kind)
+            x = x + linear(self._mlp_hidden(h, layer), layer.w_down, layer.b_down)
         self.tokens.extend(tokens)
         if not logits and self.features is None:
             return None
-        x = rms_norm(x, self.norm, c.rms_eps)
+        x = norm(x, self.norm, self.norm_bias, eps, kind)
         if self.features is not None:
             self.features[start:end] = x
         return self.head_logits(x) if logits else None
+
+    def _mlp_hidden(self, h: torch.Tensor, layer: _Layer) -> torch.Tensor:
+        if self.family.mlp == "gelu":
+            return F.gelu(linear(h, layer.w_gate_up, layer.b_up), approximate="tanh")
+        gate, up = linear(h, layer.w_gate_up).chunk(2, dim=-1)
+        return F.silu(gate) * up
 
     def head_logits(self, features: torch.Tensor) -> torch.Tensor:
         """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""
