@@ -87,4 +87,5 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
         tokenizer = Tokenizer.from_folder(path)
     log.info("loaded %s (%d layers, %s, %s)", path.name, weights.config.n_layers, dtype, device)
     model = TorchLlama(weights, DTYPES[dtype], max_len=max_len, device=device, int8=dtype == "int8")
+    model.limit_vocab(tokenizer.vocab_size)  # padding rows past the tokenizer are never chosen
     return model, tokenizer

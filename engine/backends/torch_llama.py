@@ -194,7 +194,8 @@ class TorchLlama(Backend):
     @property
     def weight_bytes(self) -> int:
         """Bytes read from memory per pass (for the achieved-bandwidth figure)."""
-        tensors = [self.embed, self.norm] + ([] if self.head is self.embed else [self.head])
+        head_shared = self.config.tie_embeddings and self.head_rows is None  # the embedding or a prefix of it
+        tensors = [self.embed, self.norm] + ([] if head_shared else [self.head])
         tensors += [] if self.norm_bias is None else [self.norm_bias]
         for layer in self.layers:
             tensors += [w for w in vars(layer).values() if w is not None]
@@ -271,11 +272,23 @@ class TorchLlama(Backend):
         gate, up = linear(h, layer.w_gate_up).chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    def limit_vocab(self, real: int, width: int | None = None) -> None:
+        """Tokens from `real` on (rows that pad the embedding past the tokenizer) get -inf
+        logits, so they are never chosen; logits are `width` wide (default: unchanged), so a
+        draft's logits line up with a target whose embedding is padded differently."""
+        if self.head_rows is not None:
+            raise EngineError("limit_vocab: this model's head already keeps chosen rows only")
+        if real < self.vocab_size:  # keep a prefix of the rows: a view, not a copy
+            self.head = (Int8Weight(self.head.q[:real], self.head.scale[:real])
+                         if isinstance(self.head, Int8Weight) else self.head[:real])
+        self.vocab_size = width or self.vocab_size
+
     def head_logits(self, features: torch.Tensor) -> torch.Tensor:
         """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""
         out = linear(features, self.head).float()
         if self.head_rows is None:
-            return out
+            missing = self.vocab_size - out.shape[-1]  # rows dropped by limit_vocab
+            return F.pad(out, (0, missing), value=float("-inf")) if missing else out
         full = torch.full((len(features), self.vocab_size), float("-inf"), device=self.device)
         full[:, self.head_rows] = out
         return full

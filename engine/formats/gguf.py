@@ -1,7 +1,7 @@
 """GGUF files (llama.cpp): any tensor type gguf-py can dequantize, K-quants included.
 
-Tensors are read with plain file reads, not through the reader's memory map, so pages of the
-file do not stay resident and count against the process; quantized tensors are dequantized
+Tensors are read with plain file reads, not through a memory map, so pages of the file do
+not stay resident and count against the process; quantized tensors are dequantized
 in row chunks, so numpy's temporaries stay small even for a 150k-row output head.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch
 
 from engine.architectures import FAMILIES, GGUF_ARCHITECTURES
 from engine.errors import ModelLoadError
+from engine.formats.gguf_header import Header, TensorInfo, read_header
 from engine.rope import RopeScaling
 from engine.weights import LazyTensors, LlamaConfig, LoadedWeights, plan_tensors
 
@@ -22,55 +23,41 @@ _PERMUTED = (".wq", ".wk", ".bq", ".bk")
 
 
 def open_gguf(path: Path) -> LoadedWeights:
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(path)
-    except Exception as exc:  # the reader raises bare ValueError/struct errors on garbage
-        raise ModelLoadError(f"{path}: not a valid GGUF file ({exc})") from exc
-    size = path.stat().st_size
-    infos = {t.name: t for t in reader.tensors}
-    for t in reader.tensors:
-        if t.data_offset + t.n_bytes > size:
-            raise ModelLoadError(f"{path}: truncated GGUF file (tensor {t.name} ends past the end of the file)")
-    config = _config(reader, infos, path)
-    shapes = {name: tuple(int(d) for d in reversed(t.shape.tolist())) for name, t in infos.items()}
+    header = read_header(path)
+    config = _config(header, path)
+    shapes = {name: t.shape for name, t in header.tensors.items()}
     plan = plan_tensors(config, "gguf", shapes, lambda name: name == _ROPE_FREQS, path)
     permuted = FAMILIES[config.family].gguf_permuted_qk
 
     def read(canonical: str) -> torch.Tensor:
-        w = _read_tensor(path, infos[plan[canonical]])
+        w = _read_tensor(path, header.tensors[plan[canonical]])
         if permuted and canonical.endswith(_PERMUTED):
             w = _unpermute_rotary(w, config.n_heads if canonical.endswith((".wq", ".bq")) else config.n_kv_heads)
         return w
 
-    metadata = {k: _field(reader, k) for k in reader.fields if k.startswith("tokenizer.ggml.")}
+    metadata = {k: v for k, v in header.fields.items() if k.startswith("tokenizer.ggml.")}
     return LoadedWeights(config, LazyTensors(list(plan), read), path, gguf_metadata=metadata)
 
 
-def _field(reader, key: str, default=None):
-    field = reader.fields.get(key)
-    return default if field is None else field.contents()
-
-
-def _config(reader, infos: dict, path: Path) -> LlamaConfig:
+def _config(header: Header, path: Path) -> LlamaConfig:
     """Hyper-parameters from the metadata, or ModelLoadError for what we do not compute."""
-    arch = _field(reader, "general.architecture")
+    fields, infos = header.fields, header.tensors
+    arch = fields.get("general.architecture")
     if arch not in GGUF_ARCHITECTURES:
         raise ModelLoadError(f"{path}: GGUF architecture {arch!r} is not supported "
                              f"(supported: {', '.join(sorted(GGUF_ARCHITECTURES))})")
     family_name = GGUF_ARCHITECTURES[arch]
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    tokens = fields.get("tokenizer.ggml.tokens")
     if tokens is None:
         raise ModelLoadError(f"{path}: no tokenizer in the GGUF metadata (tokenizer.ggml.tokens)")
     if "token_embd.weight" not in infos:
         raise ModelLoadError(f"{path}: no token embedding (token_embd.weight)")
-    vocab = int(infos["token_embd.weight"].shape[-1])
-    if len(tokens.data) > vocab:
-        raise ModelLoadError(f"{path}: {len(tokens.data)} tokens but only {vocab} embedding rows")
+    vocab = infos["token_embd.weight"].shape[0]
+    if len(tokens) > vocab:
+        raise ModelLoadError(f"{path}: {len(tokens)} tokens but only {vocab} embedding rows")
 
     def get(key: str, default=None):
-        value = _field(reader, f"{arch}.{key}", default)
+        value = fields.get(f"{arch}.{key}", default)
         if value is None:
             raise ModelLoadError(f"{path}: GGUF metadata lacks {arch}.{key}")
         return value
@@ -82,7 +69,7 @@ def _config(reader, infos: dict, path: Path) -> LlamaConfig:
         raise ModelLoadError(f"{path}: attention value length differs from key length (not supported)")
     if int(get("rope.dimension_count", head_dim)) != head_dim:
         raise ModelLoadError(f"{path}: partial rotary embeddings are not supported")
-    window = _field(reader, f"{arch}.attention.sliding_window")
+    window = fields.get(f"{arch}.attention.sliding_window")
     return LlamaConfig(
         vocab_size=vocab,
         hidden_size=hidden,
@@ -96,14 +83,14 @@ def _config(reader, infos: dict, path: Path) -> LlamaConfig:
         tie_embeddings="output.weight" not in infos,
         head_dim=head_dim,
         family=family_name,
-        rope_scaling=_rope_scaling(reader, arch, infos, path),
+        rope_scaling=_rope_scaling(fields, arch, infos, path),
         sliding_window=int(window) if window else None,
     )
 
 
-def _rope_scaling(reader, arch: str, infos: dict, path: Path) -> RopeScaling | None:
-    kind = _field(reader, f"{arch}.rope.scaling.type", "none")
-    factor = float(_field(reader, f"{arch}.rope.scaling.factor", 1.0))
+def _rope_scaling(fields: dict, arch: str, infos: dict, path: Path) -> RopeScaling | None:
+    kind = fields.get(f"{arch}.rope.scaling.type", "none")
+    factor = float(fields.get(f"{arch}.rope.scaling.factor", 1.0))
     if _ROPE_FREQS in infos:  # llama3: the converter stores 1 / scale per frequency
         if kind not in ("none", "linear") or factor != 1.0:
             raise ModelLoadError(f"{path}: rope_freqs together with rope scaling {kind!r} is not supported")
@@ -114,32 +101,33 @@ def _rope_scaling(reader, arch: str, infos: dict, path: Path) -> RopeScaling | N
     if kind == "linear":
         return RopeScaling("linear", factor=factor)
     if kind == "yarn":
-        if _field(reader, f"{arch}.rope.scaling.attn_factor") is not None:
+        if fields.get(f"{arch}.rope.scaling.attn_factor") is not None:
             raise ModelLoadError(f"{path}: yarn with an explicit attention factor is not supported")
-        original = _field(reader, f"{arch}.rope.scaling.original_context_length")
+        original = fields.get(f"{arch}.rope.scaling.original_context_length")
         if original is None:
             raise ModelLoadError(f"{path}: yarn rope scaling without rope.scaling.original_context_length")
         return RopeScaling("yarn", factor=factor, original_max_position=int(original))
     raise ModelLoadError(f"{path}: rope scaling {kind!r} is not supported (linear, yarn, llama3)")
 
 
-def _read_tensor(path: Path, info) -> torch.Tensor:
+def _read_tensor(path: Path, info: TensorInfo) -> torch.Tensor:
     """One tensor as float32 (float16 stays float16: the backend casts it once)."""
     from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize
+    from gguf.quants import dequantize, quant_shape_to_byte_shape
 
-    dtype, shape = info.data.dtype, info.data.shape  # the memory map's view: nothing is read
-    raw = np.fromfile(path, dtype=dtype, count=int(np.prod(shape)), offset=info.data_offset).reshape(shape)
-    if info.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-        return torch.from_numpy(raw)
-    out_shape = tuple(int(d) for d in reversed(info.shape.tolist()))
-    out = torch.empty(out_shape, dtype=torch.float32)
-    rows = raw.reshape(-1, raw.shape[-1])
+    qtype = GGMLQuantizationType(info.ggml_type)
+    plain = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}
+    if qtype in plain:
+        raw = np.fromfile(path, dtype=plain[qtype], count=int(np.prod(info.shape)), offset=info.offset)
+        return torch.from_numpy(raw.reshape(info.shape))
+    row_bytes = quant_shape_to_byte_shape(info.shape, qtype)[-1]
+    rows = np.fromfile(path, dtype=np.uint8, count=info.nbytes, offset=info.offset).reshape(-1, row_bytes)
+    out = torch.empty(info.shape, dtype=torch.float32)
     flat = out.view(rows.shape[0], -1)
     step = max(1, _CHUNK_ELEMENTS // flat.shape[1])
     try:
         for r in range(0, rows.shape[0], step):
-            flat[r:r + step] = torch.from_numpy(dequantize(rows[r:r + step], info.tensor_type))
+            flat[r:r + step] = torch.from_numpy(dequantize(rows[r:r + step], qtype))
     except (ValueError, NotImplementedError) as exc:
         raise ModelLoadError(f"{path}: cannot read tensor {info.name} ({exc})") from exc
     return out
