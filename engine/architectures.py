@@ -50,6 +50,7 @@ class Family:
     qk_norm: bool = False  # RMSNorm per head on q and k before rotary (Qwen3)
     # llama.cpp's converter permutes Q/K rows for the families its runtime rotates pairwise.
     gguf_permuted_qk: bool = False
+    hf_tied: bool = False  # transformers' default for a config.json without tie_word_embeddings
     hf_eps_key: str = "rms_norm_eps"
     gguf_eps_key: str = "attention.layer_norm_rms_epsilon"
     hf_renames: dict[str, str] = field(default_factory=dict)  # canonical -> HF name, over NAMES
@@ -74,7 +75,7 @@ FAMILIES: dict[str, Family] = {
         ("embed",) + _NORMS + _ATTENTION + ("layers.{i}.w_up", "layers.{i}.w_down"),
         optional=("norm_bias", "layers.{i}.attn_norm_bias", "layers.{i}.ffn_norm_bias", "layers.{i}.bo",
                   "layers.{i}.b_up", "layers.{i}.b_down") + _QKV_BIAS,
-        hf_eps_key="norm_epsilon", gguf_eps_key="attention.layer_norm_epsilon",
+        hf_tied=True, hf_eps_key="norm_epsilon", gguf_eps_key="attention.layer_norm_epsilon",
         hf_renames={"layers.{i}.w_up": "model.layers.{i}.mlp.c_fc.weight",
                     "layers.{i}.b_up": "model.layers.{i}.mlp.c_fc.bias",
                     "layers.{i}.w_down": "model.layers.{i}.mlp.c_proj.weight",

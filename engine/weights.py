@@ -47,7 +47,7 @@ class LazyTensors(Mapping[str, torch.Tensor]):
     that a backend converts one tensor at a time and drops each source as it goes."""
 
     def __init__(self, names: list[str], read: Callable[[str], torch.Tensor]):
-        self._names = names
+        self._names = dict.fromkeys(names)  # ordered, with constant-time membership
         self._read = read
 
     def __getitem__(self, name: str) -> torch.Tensor:

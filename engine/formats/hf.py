@@ -79,7 +79,7 @@ def hf_config(raw: dict, folder: Path) -> LlamaConfig:
             rope_theta=theta,
             rms_eps=float(raw.get(family.hf_eps_key, 1e-6)),
             max_position=max_position,
-            tie_embeddings=bool(raw.get("tie_word_embeddings", family_name == "starcoder2")),
+            tie_embeddings=bool(raw.get("tie_word_embeddings", family.hf_tied)),
             head_dim=raw.get("head_dim") or 0,
             family=family_name,
             rope_scaling=scaling,
