@@ -133,6 +133,18 @@ def test_rope_scaling_equals_transformers(zoo, case):
     torch.testing.assert_close(ours(zoo / f"{case}-f32.gguf").forward(IDS), want, atol=ATOL, rtol=RTOL)
 
 
+def test_bf16_checkpoint_as_transformers_5_saves_it(zoo, tmp_path):
+    """bfloat16 safetensors, and a config.json with `rope_parameters` instead of `rope_theta`."""
+    model = reference(zoo / "qwen3")
+    with torch.no_grad():  # the weights bfloat16 stores, computed in float32
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    want = hf_tiny.logits(model, IDS)
+    model.to(torch.bfloat16).save_pretrained(tmp_path, safe_serialization=True)
+    assert "rope_parameters" in json.loads((tmp_path / "config.json").read_text())
+    torch.testing.assert_close(ours(tmp_path).forward(IDS), want, atol=ATOL, rtol=RTOL)
+
+
 def test_sliding_window_caps_the_context(zoo, tmp_path):
     folder = tmp_path / "windowed"
     hf_tiny.build("starcoder2", folder, sliding_window=64)
@@ -166,6 +178,14 @@ def test_truncated_gguf(zoo, tmp_path):
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(whole[:len(whole) * 2 // 3])
     _fails_fast(cut, "truncated GGUF|not a valid GGUF")
+
+
+def test_truncated_safetensors(zoo, tmp_path):
+    for f in (zoo / "llama").iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    whole = (tmp_path / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(whole[:len(whole) // 2])
+    _fails_fast(tmp_path, "truncated safetensors")
 
 
 def test_pickle_only_folder(tmp_path):

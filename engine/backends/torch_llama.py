@@ -155,6 +155,7 @@ class TorchLlama(Backend):
         if self.head_rows is not None:
             self.head = (self.head.select(self.head_rows) if isinstance(self.head, Int8Weight)
                          else self.head[self.head_rows].contiguous())
+
         def optional(name: str) -> torch.Tensor | None:
             return cast(t[name]) if name in t else None
 
@@ -278,10 +279,12 @@ class TorchLlama(Backend):
         draft's logits line up with a target whose embedding is padded differently."""
         if self.head_rows is not None:
             raise EngineError("limit_vocab: this model's head already keeps chosen rows only")
-        if real < self.vocab_size:  # keep a prefix of the rows: a view, not a copy
-            self.head = (Int8Weight(self.head.q[:real], self.head.scale[:real])
-                         if isinstance(self.head, Int8Weight) else self.head[:real])
-        self.vocab_size = width or self.vocab_size
+        width = width or self.vocab_size
+        keep = min(real, width)
+        if keep < self.vocab_size:  # keep a prefix of the rows: a view, not a copy
+            self.head = (Int8Weight(self.head.q[:keep], self.head.scale[:keep])
+                         if isinstance(self.head, Int8Weight) else self.head[:keep])
+        self.vocab_size = width
 
     def head_logits(self, features: torch.Tensor) -> torch.Tensor:
         """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""

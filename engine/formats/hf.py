@@ -4,19 +4,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from engine.architectures import FAMILIES, HF_ARCHITECTURES
 from engine.errors import ModelLoadError
+from engine.formats.safetensors_file import read_entries, read_tensor
 from engine.rope import SCALINGS, RopeScaling
 from engine.weights import LazyTensors, LlamaConfig, LoadedWeights, plan_tensors
 
-_FLOAT_DTYPES = {"F32", "F16", "BF16"}
-
 
 def open_hf_folder(folder: Path) -> LoadedWeights:
-    from safetensors import SafetensorError, safe_open
-
     config_file = folder / "config.json"
     files = sorted(folder.glob("*.safetensors"))
     if not config_file.exists() or not files:
@@ -28,26 +23,10 @@ def open_hf_folder(folder: Path) -> LoadedWeights:
     except (OSError, json.JSONDecodeError) as exc:
         raise ModelLoadError(f"{config_file}: unreadable config.json ({exc})") from exc
     config = hf_config(raw, folder)
-    handles, where, shapes = {}, {}, {}
-    for f in files:
-        try:
-            handle = safe_open(str(f), framework="pt")
-            for name in handle.keys():
-                info = handle.get_slice(name)
-                if info.get_dtype() not in _FLOAT_DTYPES:
-                    raise ModelLoadError(f"{f}: tensor {name} is {info.get_dtype()}; only float16, "
-                                         "bfloat16 and float32 checkpoints are supported")
-                shapes[name], where[name] = tuple(info.get_shape()), f
-            handles[f] = handle
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise ModelLoadError(f"{f}: corrupt safetensors file ({exc})") from exc
+    entries = {name: entry for f in files for name, entry in read_entries(f).items()}
+    shapes = {name: entry.shape for name, entry in entries.items()}
     plan = plan_tensors(config, "hf", shapes, lambda name: name.endswith("rotary_emb.inv_freq"), folder)
-
-    def read(canonical: str) -> torch.Tensor:
-        name = plan[canonical]
-        return handles[where[name]].get_tensor(name)
-
-    return LoadedWeights(config, LazyTensors(list(plan), read), folder)
+    return LoadedWeights(config, LazyTensors(list(plan), lambda c: read_tensor(entries[plan[c]])), folder)
 
 
 def hf_config(raw: dict, folder: Path) -> LlamaConfig:
