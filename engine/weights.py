@@ -114,7 +114,8 @@ def plan_tensors(config: LlamaConfig, fmt: str, shapes: dict[str, tuple[int, ...
     shapes: name in the file -> shape (torch order); ignored: names that are not weights."""
     family = FAMILIES[config.family]
     templates = family.names(fmt)
-    if config.tie_embeddings:
+    if config.tie_embeddings:  # a stored head is ignored, as transformers ties it to the embedding
+        shapes = {s: shape for s, shape in shapes.items() if s != templates["lm_head"]}
         del templates["lm_head"]
     names = expand(templates, config.n_layers)
     required = set(expand({c: c for c in family.required}, config.n_layers))

@@ -27,6 +27,7 @@ def open_gguf(path: Path) -> LoadedWeights:
     config = _config(header, path)
     shapes = {name: t.shape for name, t in header.tensors.items()}
     plan = plan_tensors(config, "gguf", shapes, lambda name: name == _ROPE_FREQS, path)
+    _check_types(path, [header.tensors[name] for name in plan.values()])
     permuted = FAMILIES[config.family].gguf_permuted_qk
 
     def read(canonical: str) -> torch.Tensor:
@@ -108,6 +109,24 @@ def _rope_scaling(fields: dict, arch: str, infos: dict, path: Path) -> RopeScali
             raise ModelLoadError(f"{path}: yarn rope scaling without rope.scaling.original_context_length")
         return RopeScaling("yarn", factor=factor, original_max_position=int(original))
     raise ModelLoadError(f"{path}: rope scaling {kind!r} is not supported (linear, yarn, llama3)")
+
+
+def _check_types(path: Path, tensors: list[TensorInfo]) -> None:
+    """Dequantize one row of each quantization type now, so that a type gguf-py cannot read
+    fails before the model is half loaded."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quant_shape_to_byte_shape
+
+    first = {t.ggml_type: t for t in reversed(tensors)}
+    for ggml_type, t in first.items():
+        qtype = GGMLQuantizationType(ggml_type)
+        if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            continue
+        row_bytes = quant_shape_to_byte_shape(t.shape, qtype)[-1]
+        try:
+            dequantize(np.fromfile(path, dtype=np.uint8, count=row_bytes, offset=t.offset)[None], qtype)
+        except (ValueError, NotImplementedError) as exc:
+            raise ModelLoadError(f"{path}: tensor type {qtype.name} is not supported ({exc})") from exc
 
 
 def _read_tensor(path: Path, info: TensorInfo) -> torch.Tensor:
