@@ -167,14 +167,15 @@ class TorchLlama(Backend):
         for i in range(c.n_layers):
             p = f"layers.{i}."
             biases = [t.get(p + b) for b in ("bq", "bk", "bv")]
-            up = [t[p + "w_gate"], t[p + "w_up"]] if self.family.mlp == "swiglu" else [t[p + "w_up"]]
             self.layers.append(_Layer(
                 attn_norm=cast(t[p + "attn_norm"]),
                 wqkv=matrix(torch.cat([t[p + "wq"], t[p + "wk"], t[p + "wv"]])),
                 bqkv=cast(torch.cat(biases)) if all(b is not None for b in biases) else None,
                 wo=matrix(t[p + "wo"]),
                 ffn_norm=cast(t[p + "ffn_norm"]),
-                w_gate_up=matrix(torch.cat(up)),
+                # inline, so that no float32 source outlives its conversion
+                w_gate_up=matrix(torch.cat([t[p + "w_gate"], t[p + "w_up"]]) if self.family.mlp == "swiglu"
+                                 else t[p + "w_up"]),
                 w_down=matrix(t[p + "w_down"]),
                 attn_norm_bias=optional(p + "attn_norm_bias"),
                 ffn_norm_bias=optional(p + "ffn_norm_bias"),
