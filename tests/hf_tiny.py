@@ -7,6 +7,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 VOCAB = 320  # embedding rows; the tokenizer has fewer, as padded checkpoints do
+TOKENS = 300
 HIDDEN = 256  # K-quants need rows that are whole 256-weight blocks
 SIZES = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=512, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
@@ -28,7 +29,7 @@ def write_tokenizer(folder: Path) -> None:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+    trainer = trainers.BpeTrainer(vocab_size=TOKENS, special_tokens=["<|endoftext|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator([Path(__file__).read_text()] * 4, trainer)
     tok.save(str(folder / "tokenizer.json"))
