@@ -174,7 +174,8 @@ def pair_draft(target: Backend, tokenizer: Tokenizer, draft: TorchLlama, draft_t
         if tokenizer.id_to_token(i) != draft_tokenizer.id_to_token(i):
             raise EngineError(
                 f"the draft model's tokenizer differs from the target's (id {i} is "
-                f"{draft_tokenizer.id_to_token(i)!r}, not {tokenizer.id_to_token(i)!r}): they must share a tokenizer")
+                f"{draft_tokenizer.id_to_token(i)!r}, not {tokenizer.id_to_token(i)!r}): "
+                "they must share a tokenizer")
     draft.limit_vocab(shared, target.vocab_size)
     return DraftModel(draft)
 

@@ -61,8 +61,10 @@ def write(path: Path, shape: str) -> None:
         b = f"blk.{i}."
         v_kind = "Q6_K" if _more_bits(i, layers) else "Q4_K"
         tensors += [(b + "attn_norm.weight", (hidden,), "F32"), (b + "ffn_norm.weight", (hidden,), "F32"),
-                    (b + "attn_q.weight", (heads * hd, hidden), "Q4_K"), (b + "attn_k.weight", (kv * hd, hidden), "Q4_K"),
-                    (b + "attn_v.weight", (kv * hd, hidden), v_kind), (b + "attn_output.weight", (hidden, heads * hd), "Q4_K"),
+                    (b + "attn_q.weight", (heads * hd, hidden), "Q4_K"),
+                    (b + "attn_k.weight", (kv * hd, hidden), "Q4_K"),
+                    (b + "attn_v.weight", (kv * hd, hidden), v_kind),
+                    (b + "attn_output.weight", (hidden, heads * hd), "Q4_K"),
                     (b + "ffn_gate.weight", (ffn, hidden), "Q4_K"), (b + "ffn_up.weight", (ffn, hidden), "Q4_K"),
                     (b + "ffn_down.weight", (hidden, ffn), v_kind)]
         if biases:

@@ -126,8 +126,8 @@ def test_gguf_logits_equal_transformers_on_dequantized_weights(zoo, family, qtyp
 
 @pytest.mark.parametrize("case", list(ROPE_CASES))
 def test_rope_scaling_equals_transformers(zoo, case):
-    unscaled = reference(zoo / case, rope_parameters={"rope_type": "default",
-                                                      "rope_theta": json.loads((zoo / case / "config.json").read_text())["rope_theta"]})
+    theta = json.loads((zoo / case / "config.json").read_text())["rope_theta"]
+    unscaled = reference(zoo / case, rope_parameters={"rope_type": "default", "rope_theta": theta})
     want = hf_tiny.logits(reference(zoo / case), IDS)
     assert (hf_tiny.logits(unscaled, IDS) - want).abs().max() > 0.05  # the scaling matters here
     torch.testing.assert_close(ours(zoo / case).forward(IDS), want, atol=ATOL, rtol=RTOL)

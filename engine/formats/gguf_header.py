@@ -81,7 +81,8 @@ def read_header(path: Path) -> Header:
             c.at = 4
             version = c.unpack("<I")
             if version not in (2, 3):
-                raise ModelLoadError(f"{path}: not a valid GGUF file (version {version}; 2 and 3, little-endian, are read)")
+                raise ModelLoadError(
+                    f"{path}: not a valid GGUF file (version {version}; 2 and 3, little-endian, are read)")
             n_tensors, n_fields = c.unpack("<Q"), c.unpack("<Q")
             fields = {}
             for _ in range(n_fields):
