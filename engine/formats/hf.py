@@ -39,7 +39,8 @@ def hf_config(raw: dict, folder: Path) -> LlamaConfig:
     family = FAMILIES[family_name]
     act = raw.get("hidden_act", family.hf_act)
     if act != family.hf_act:
-        raise ModelLoadError(f"{folder}: activation {act!r} is not supported for {arch} (expects {family.hf_act})")
+        raise ModelLoadError(f"{folder}: activation {act!r} is not supported for {arch} "
+                             f"(expects {family.hf_act})")
     if raw.get("mlp_bias"):
         raise ModelLoadError(f"{folder}: MLP biases are not supported for {arch}")
     try:
