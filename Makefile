@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(VENV)/bin/lsp_server complete examples/shapes.py --line 24 --col 8
 
 # -rs prints why a test was skipped (e.g. the editors' tests without Node.js).
-test: $(STAMP) editors
+test: $(STAMP) editors $(CONVERTER)
 	$(PY) -m pytest -q -rs
 
 # What the editors' tests need beyond the venv (tests/test_editor_*.py).
@@ -43,3 +43,17 @@ $(NVIM_0_11): | $(STAMP)
 $(VSCODE_DEPS): editors/vscode/package-lock.json
 	@if command -v npm >/dev/null; then cd editors/vscode && npm ci --no-audit --no-fund; \
 	else echo "npm not found: the VS Code extension's tests will be skipped"; fi
+
+# llama.cpp's convert_hf_to_gguf.py (and its gguf-py) from the llama-cpp-python 0.3.16 sdist:
+# tests/test_architectures.py converts tiny transformers models with it. The tarball is kept.
+LLAMA_CPP_DIR := .cache/llama-cpp-python-0.3.16
+LLAMA_CPP_SDIST := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16.tar.gz
+CONVERTER := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16/vendor/llama.cpp/convert_hf_to_gguf.py
+
+$(LLAMA_CPP_SDIST): | $(STAMP)
+	$(PY) -m pip download --quiet --no-deps --no-binary :all: llama-cpp-python==0.3.16 -d $(LLAMA_CPP_DIR)
+
+$(CONVERTER): $(LLAMA_CPP_SDIST)
+	tar -xzf $< -C $(LLAMA_CPP_DIR) llama_cpp_python-0.3.16/vendor/llama.cpp/convert_hf_to_gguf.py \
+		llama_cpp_python-0.3.16/vendor/llama.cpp/gguf-py
+	touch $@

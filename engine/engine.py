@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.backends.base import Backend
+from engine.backends.torch_llama import TorchLlama
 from engine.calibrate import Calibration, load_or_measure, measure_pass_costs
 from engine.decoding import Healing, StopRules, generate_autoregressive, generate_speculative
 from engine.draft_loading import load_embedded_draft
@@ -184,11 +185,24 @@ def _load_drafter(spec: str | None, target: Backend, tokenizer: Tokenizer, dtype
     if not spec:
         return None
     backend, draft_tokenizer = load_model(spec, dtype, "torch", max_len)
-    if draft_tokenizer.vocab_size != tokenizer.vocab_size:
-        raise EngineError(
-            f"draft model's vocabulary ({draft_tokenizer.vocab_size}) differs from the "
-            f"target's ({tokenizer.vocab_size}): they must share a tokenizer")
-    return DraftModel(backend)
+    return pair_draft(target, tokenizer, backend, draft_tokenizer)
+
+
+def pair_draft(target: Backend, tokenizer: Tokenizer, draft: TorchLlama, draft_tokenizer: Tokenizer) -> DraftModel:
+    """A draft model for `target`, if both share a tokenizer.
+
+    Embeddings are often padded to different row counts (Qwen2.5-Coder: 151936 rows at 0.5B,
+    152064 at 7B, for the same 151665 tokens), so the tokens are compared, not the row counts.
+    The draft's logits are made as wide as the target's, with -inf for ids it does not have."""
+    shared = min(tokenizer.vocab_size, draft_tokenizer.vocab_size)
+    for i in range(shared):
+        if tokenizer.id_to_token(i) != draft_tokenizer.id_to_token(i):
+            raise EngineError(
+                f"the draft model's tokenizer differs from the target's (id {i} is "
+                f"{draft_tokenizer.id_to_token(i)!r}, not {tokenizer.id_to_token(i)!r}): "
+                "they must share a tokenizer")
+    draft.limit_vocab(shared, target.vocab_size)
+    return DraftModel(draft)
 
 
 def _calibration_key(model: str, target: Backend, threads: int) -> str:

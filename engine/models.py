@@ -99,6 +99,12 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
             weight_cache.save(weights, path, dtype)
     log.info("loaded %s (%d layers, %s, %s)", path.name, weights.config.n_layers, dtype, device)
     model = TorchLlama(weights, DTYPES[dtype], max_len=max_len, device=device, int8=dtype == "int8")
+    real = tokenizer.vocab_size
+    if weights.gguf_metadata is not None:
+        from engine.formats.gguf import tokens_in_use
+
+        real = min(real, tokens_in_use(weights.gguf_metadata))
+    model.limit_vocab(real)  # rows that pad the embedding past the real tokens are never chosen
     return model, tokenizer
 
 

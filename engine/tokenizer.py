@@ -50,6 +50,10 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return self._hf.encode(text, add_special_tokens=False).ids
 
+    def id_to_token(self, i: int) -> str | None:
+        """The vocabulary entry of id `i` (None past the vocabulary)."""
+        return self._hf.id_to_token(i)
+
     def decode(self, ids: list[int]) -> str:
         return self._hf.decode(ids, skip_special_tokens=True)
 

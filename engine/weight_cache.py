@@ -17,6 +17,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from engine.kernels import Int8Weight, Weight
+from engine.rope import RopeScaling
 from engine.user_cache import cache_dir, content_key, write_atomically
 from engine.weights import LlamaConfig, LoadedWeights
 
@@ -50,7 +51,7 @@ def load(model: Path, dtype: str) -> LoadedWeights | None:
             meta = f.metadata()
             # Copies: torch's int8 kernel crashes on the file's (unaligned) memory.
             flat = {name: f.get_tensor(name).clone() for name in f.keys()}
-        config = LlamaConfig(**json.loads(meta["config"]))
+        config = _config(json.loads(meta["config"]))
     except (SafetensorError, OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("ignoring unreadable weight cache %s (%s)", path, exc)
         return None
@@ -62,6 +63,15 @@ def load(model: Path, dtype: str) -> LoadedWeights | None:
         elif not name.endswith(".scale"):
             tensors[name] = tensor
     return LoadedWeights(config, tensors, model)
+
+
+def _config(raw: dict) -> LlamaConfig:
+    if raw.get("rope_scaling"):
+        scaling = raw["rope_scaling"]
+        if scaling.get("freq_divisors") is not None:
+            scaling["freq_divisors"] = tuple(scaling["freq_divisors"])
+        raw["rope_scaling"] = RopeScaling(**scaling)
+    return LlamaConfig(**raw)
 
 
 def save(weights: LoadedWeights, model: Path, dtype: str) -> None:

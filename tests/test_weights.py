@@ -7,7 +7,8 @@ from safetensors.torch import save_file
 
 from engine.backends.torch_llama import TorchLlama
 from engine.errors import ModelLoadError
-from engine.weights import _HF_NAMES, LoadedWeights, load_weights
+from engine.architectures import FAMILIES
+from engine.weights import LoadedWeights, load_weights
 from tests.tiny_models import random_weights
 
 
@@ -24,7 +25,7 @@ def write_hf_folder(weights: LoadedWeights, folder) -> None:
     for canonical, tensor in weights.tensors.items():
         template = canonical.replace(canonical.split(".")[1], "{i}") if canonical.startswith("layers.") else canonical
         i = canonical.split(".")[1] if canonical.startswith("layers.") else None
-        named[_HF_NAMES[template].format(i=i)] = tensor.contiguous()
+        named[FAMILIES["llama"].names("hf")[template].format(i=i)] = tensor.contiguous()
     save_file(named, str(folder / "model.safetensors"))
 
 

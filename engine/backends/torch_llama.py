@@ -1,8 +1,9 @@
 """A Llama-family decoder in plain torch with a preallocated KV cache.
 
-RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, tied or untied head. Q/K/V and
-gate/up are fused into one matmul each: on a CPU most of a one-token pass is per-op overhead.
-Runs on the CPU, or on CUDA when asked.
+Rotary embeddings (with rope scaling, engine/rope.py), grouped-query attention, tied or untied
+head; what differs between families (RMSNorm or LayerNorm, SwiGLU or GELU MLP, biases, q/k
+norm) comes from engine/architectures.py. Q/K/V and gate/up are fused into one matmul each:
+on a CPU most of a one-token pass is per-op overhead. Runs on the CPU, or on CUDA when asked.
 """
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.architectures import FAMILIES
 from engine.backends.base import Backend
 from engine.errors import EngineError
 from engine.kernels import Int8Weight, Weight, as_dtype, compute_dtype, linear, weight_nbytes
+from engine.rope import rope_tables
 from engine.weights import LlamaConfig, LoadedWeights
 
 
@@ -28,13 +31,28 @@ class _Layer:
     bqkv: torch.Tensor | None
     wo: Weight
     ffn_norm: torch.Tensor
-    w_gate_up: Weight
+    w_gate_up: Weight  # gate and up stacked (SwiGLU), or up alone (GELU MLP)
     w_down: Weight
+    # None where the family has no such tensor
+    attn_norm_bias: torch.Tensor | None = None
+    ffn_norm_bias: torch.Tensor | None = None
+    bo: torch.Tensor | None = None
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+    b_up: torch.Tensor | None = None
+    b_down: torch.Tensor | None = None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float, kind: str) -> torch.Tensor:
+    """RMSNorm ("rms") or LayerNorm ("layer"), as the family's row in engine/architectures.py says."""
+    if kind == "rms":
+        return rms_norm(x, weight, eps)
+    return F.layer_norm(x, weight.shape, weight.to(x.dtype), None if bias is None else bias.to(x.dtype), eps)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -80,8 +98,11 @@ class TorchLlama(Backend):
         self.device = torch.device(device)
         if int8 and self.device.type != "cpu":
             raise EngineError("int8 weights are a CPU mode; use bf16 or fp16 on a GPU")
+        self.family = FAMILIES[c.family]
         self.vocab_size = c.vocab_size
-        self.max_len = min(max_len, c.max_position)
+        # Within a sliding window every position sees all earlier ones, so capping the context
+        # at the window computes exactly what the windowed model does.
+        self.max_len = min(max_len, c.max_position, c.sliding_window or max_len)
         # torch threads for a pass of n tokens: threads_by_width[min(n, last)] (engine/calibrate.py)
         self.threads_by_width: list[int] | None = None
         # How passes without logits (prefill) multiply: engine/kernels.py, chosen at load
@@ -108,7 +129,14 @@ class TorchLlama(Backend):
         if self.head_rows is not None:
             self.head = (self.head.select(self.head_rows) if isinstance(self.head, Int8Weight)
                          else self.head[self.head_rows].contiguous())
+
+        def optional(name: str) -> torch.Tensor | None:
+            return cast(t[name]) if name in t else None
+
+        # `t` may be lazy (engine/weights.py): each lookup reads one tensor, which is converted
+        # and dropped before the next, so the source model is never held whole.
         self.norm = cast(t["norm"])
+        self.norm_bias = optional("norm_bias")
         self.layers = []
         for i in range(c.n_layers):
             p = f"layers.{i}."
@@ -119,23 +147,32 @@ class TorchLlama(Backend):
                 bqkv=cast(torch.cat(biases)) if all(b is not None for b in biases) else None,
                 wo=matrix(t[p + "wo"]),
                 ffn_norm=cast(t[p + "ffn_norm"]),
-                w_gate_up=fused(t[p + "w_gate"], t[p + "w_up"]),
+                # inline, so that no float32 source outlives its conversion
+                w_gate_up=fused(t[p + "w_gate"], t[p + "w_up"]) if self.family.mlp == "swiglu"
+                else matrix(t[p + "w_up"]),
                 w_down=matrix(t[p + "w_down"]),
+                attn_norm_bias=optional(p + "attn_norm_bias"),
+                ffn_norm_bias=optional(p + "ffn_norm_bias"),
+                bo=optional(p + "bo"),
+                q_norm=optional(p + "q_norm"),
+                k_norm=optional(p + "k_norm"),
+                b_up=optional(p + "b_up"),
+                b_down=optional(p + "b_down"),
             ))
         hd = c.dim_per_head
         shape = (c.n_layers, c.n_kv_heads, self.max_len, hd)
         self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-        angles = torch.outer(torch.arange(self.max_len, dtype=torch.float64), inv_freq)
-        angles = torch.cat([angles, angles], dim=-1)
-        self.cos = angles.cos().to(device=self.device, dtype=self.dtype)
-        self.sin = angles.sin().to(device=self.device, dtype=self.dtype)
+        cos, sin = rope_tables(self.max_len, hd, c.rope_theta, c.rope_scaling)
+        self.cos = cos.to(device=self.device, dtype=self.dtype)
+        self.sin = sin.to(device=self.device, dtype=self.dtype)
 
     @property
     def weight_bytes(self) -> int:
         """Bytes read from memory per pass (for the achieved-bandwidth figure)."""
-        tensors = [self.embed, self.norm] + ([] if self.head is self.embed else [self.head])
+        head_shared = self.config.tie_embeddings and self.head_rows is None  # the embedding or a prefix of it
+        tensors = [self.embed, self.norm] + ([] if head_shared else [self.head])
+        tensors += [] if self.norm_bias is None else [self.norm_bias]
         for layer in self.layers:
             tensors += [w for w in vars(layer).values() if w is not None]
         return sum(weight_nbytes(w) for w in tensors)
@@ -172,7 +209,7 @@ class TorchLlama(Backend):
         self.tokens.extend(tokens)
         if not logits and self.features is None:
             return None
-        x = rms_norm(x, self.norm, self.config.rms_eps).to(self.dtype)
+        x = norm(x, self.norm, self.norm_bias, self.config.rms_eps, self.family.norm).to(self.dtype)
         if self.features is not None:
             self.features[start:start + n] = x
         return self.head_logits(x) if logits else None
@@ -226,28 +263,50 @@ class TorchLlama(Backend):
         x = x.to(dtype)
         cos, sin = self.cos[pos].to(dtype), self.sin[pos].to(dtype)
         hd, nh, nkv = c.dim_per_head, c.n_heads, c.n_kv_heads
+        kind, eps = self.family.norm, c.rms_eps
         end = start + n
         for i, layer in enumerate(layers[:count]):
-            h = rms_norm(x, layer.attn_norm, c.rms_eps)
+            h = norm(x, layer.attn_norm, layer.attn_norm_bias, eps, kind)
             q, k, v = linear(h, layer.wqkv, layer.bqkv, dequantize).split([nh * hd, nkv * hd, nkv * hd], -1)
-            q = q.view(n, nh, hd).transpose(0, 1)
-            k = k.view(n, nkv, hd).transpose(0, 1)
+            q, k = q.view(n, nh, hd), k.view(n, nkv, hd)
+            if layer.q_norm is not None:  # Qwen3: per-head RMSNorm before rotary
+                q, k = rms_norm(q, layer.q_norm, eps), rms_norm(k, layer.k_norm, eps)
+            q, k = q.transpose(0, 1), k.transpose(0, 1)
             q = q * cos + _rotate_half(q) * sin
             self.k_cache[i, :, start:end] = k * cos + _rotate_half(k) * sin
             self.v_cache[i, :, start:end] = v.view(n, nkv, hd).transpose(0, 1)
             attn = self._attention(q, self.k_cache[i, :, :end].to(dtype),
                                    self.v_cache[i, :, :end].to(dtype), mask)
-            x = x + linear(attn, layer.wo, None, dequantize)
-            h = rms_norm(x, layer.ffn_norm, c.rms_eps)
-            gate, up = linear(h, layer.w_gate_up, None, dequantize).chunk(2, dim=-1)
-            x = x + linear(F.silu(gate) * up, layer.w_down, None, dequantize)
+            x = x + linear(attn, layer.wo, layer.bo, dequantize)
+            h = norm(x, layer.ffn_norm, layer.ffn_norm_bias, eps, kind)
+            x = x + linear(self._mlp_hidden(h, layer, dequantize), layer.w_down, layer.b_down, dequantize)
         return x
+
+    def _mlp_hidden(self, h: torch.Tensor, layer: _Layer, dequantize: bool) -> torch.Tensor:
+        if self.family.mlp == "gelu":
+            return F.gelu(linear(h, layer.w_gate_up, layer.b_up, dequantize), approximate="tanh")
+        gate, up = linear(h, layer.w_gate_up, None, dequantize).chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    def limit_vocab(self, real: int, width: int | None = None) -> None:
+        """Tokens from `real` on (rows that pad the embedding past the tokenizer) get -inf
+        logits, so they are never chosen; logits are `width` wide (default: unchanged), so a
+        draft's logits line up with a target whose embedding is padded differently."""
+        if self.head_rows is not None:
+            raise EngineError("limit_vocab: this model's head already keeps chosen rows only")
+        width = width or self.vocab_size
+        keep = min(real, width)
+        if keep < self.vocab_size:  # keep a prefix of the rows: a view, not a copy
+            self.head = (Int8Weight(self.head.q[:keep], self.head.scale[:keep])
+                         if isinstance(self.head, Int8Weight) else self.head[:keep])
+        self.vocab_size = width
 
     def head_logits(self, features: torch.Tensor) -> torch.Tensor:
         """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""
         out = linear(features, self.head).float()
         if self.head_rows is None:
-            return out
+            missing = self.vocab_size - out.shape[-1]  # rows dropped by limit_vocab
+            return F.pad(out, (0, missing), value=float("-inf")) if missing else out
         full = torch.full((len(features), self.vocab_size), float("-inf"), device=self.device)
         full[:, self.head_rows] = out
         return full

@@ -1,0 +1,1 @@
+"""One module per weight file format; each returns engine.weights.LoadedWeights."""

@@ -1,0 +1,168 @@
+"""GGUF files (llama.cpp): any tensor type gguf-py can dequantize, K-quants included.
+
+Tensors are read with plain file reads, not through a memory map, so pages of the file do
+not stay resident and count against the process; quantized tensors are dequantized
+in row chunks, so numpy's temporaries stay small even for a 150k-row output head.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.architectures import FAMILIES, GGUF_ARCHITECTURES
+from engine.errors import ModelLoadError
+from engine.formats.gguf_header import Header, TensorInfo, read_header
+from engine.rope import RopeScaling
+from engine.weights import LazyTensors, LlamaConfig, LoadedWeights, plan_tensors
+
+_ROPE_FREQS = "rope_freqs.weight"  # llama3 rope scaling: per-frequency divisors
+_CHUNK_ELEMENTS = 1 << 24  # dequantize this many weights at a time
+_PERMUTED = (".wq", ".wk", ".bq", ".bk")
+_UNUSED_TOKEN = 5  # gguf.TokenType.UNUSED
+
+
+def open_gguf(path: Path) -> LoadedWeights:
+    header = read_header(path)
+    config = _config(header, path)
+    shapes = {name: t.shape for name, t in header.tensors.items()}
+    plan = plan_tensors(config, "gguf", shapes, lambda name: name == _ROPE_FREQS, path)
+    _check_types(path, [header.tensors[name] for name in plan.values()])
+    permuted = FAMILIES[config.family].gguf_permuted_qk
+
+    def read(canonical: str) -> torch.Tensor:
+        w = _read_tensor(path, header.tensors[plan[canonical]])
+        if permuted and canonical.endswith(_PERMUTED):
+            w = _unpermute_rotary(w, config.n_heads if canonical.endswith((".wq", ".bq")) else config.n_kv_heads)
+        return w
+
+    metadata = {k: v for k, v in header.fields.items() if k.startswith("tokenizer.ggml.")}
+    return LoadedWeights(config, LazyTensors(list(plan), read), path, gguf_metadata=metadata)
+
+
+def tokens_in_use(metadata: dict) -> int:
+    """How many token ids are real: llama.cpp's converter pads the token list up to the
+    embedding's rows with UNUSED `[PAD{i}]` entries, which must never be generated."""
+    types = metadata.get("tokenizer.ggml.token_type") or []
+    n = len(metadata.get("tokenizer.ggml.tokens") or [])
+    while 0 < n <= len(types) and types[n - 1] == _UNUSED_TOKEN:
+        n -= 1
+    return n
+
+
+def _config(header: Header, path: Path) -> LlamaConfig:
+    """Hyper-parameters from the metadata, or ModelLoadError for what we do not compute."""
+    fields, infos = header.fields, header.tensors
+    arch = fields.get("general.architecture")
+    if arch not in GGUF_ARCHITECTURES:
+        raise ModelLoadError(f"{path}: GGUF architecture {arch!r} is not supported "
+                             f"(supported: {', '.join(sorted(GGUF_ARCHITECTURES))})")
+    family_name = GGUF_ARCHITECTURES[arch]
+    tokens = fields.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        raise ModelLoadError(f"{path}: no tokenizer in the GGUF metadata (tokenizer.ggml.tokens)")
+    if "token_embd.weight" not in infos:
+        raise ModelLoadError(f"{path}: no token embedding (token_embd.weight)")
+    vocab = infos["token_embd.weight"].shape[0]
+    if len(tokens) > vocab:
+        raise ModelLoadError(f"{path}: {len(tokens)} tokens but only {vocab} embedding rows")
+
+    def get(key: str, default=None):
+        value = fields.get(f"{arch}.{key}", default)
+        if value is None:
+            raise ModelLoadError(f"{path}: GGUF metadata lacks {arch}.{key}")
+        return value
+
+    n_heads = int(get("attention.head_count"))
+    hidden = int(get("embedding_length"))
+    head_dim = int(get("attention.key_length", hidden // n_heads))
+    if int(get("attention.value_length", head_dim)) != head_dim:
+        raise ModelLoadError(f"{path}: attention value length differs from key length (not supported)")
+    if int(get("rope.dimension_count", head_dim)) != head_dim:
+        raise ModelLoadError(f"{path}: partial rotary embeddings are not supported")
+    window = fields.get(f"{arch}.attention.sliding_window")
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=int(get("feed_forward_length")),
+        n_layers=int(get("block_count")),
+        n_heads=n_heads,
+        n_kv_heads=int(get("attention.head_count_kv", n_heads)),
+        rope_theta=float(get("rope.freq_base", 10000.0)),
+        rms_eps=float(get(FAMILIES[family_name].gguf_eps_key, 1e-5)),
+        max_position=int(get("context_length", 4096)),
+        tie_embeddings="output.weight" not in infos,
+        head_dim=head_dim,
+        family=family_name,
+        rope_scaling=_rope_scaling(fields, arch, infos, path),
+        sliding_window=int(window) if window else None,
+    )
+
+
+def _rope_scaling(fields: dict, arch: str, infos: dict, path: Path) -> RopeScaling | None:
+    kind = fields.get(f"{arch}.rope.scaling.type", "none")
+    factor = float(fields.get(f"{arch}.rope.scaling.factor", 1.0))
+    if _ROPE_FREQS in infos:  # llama3: the converter stores 1 / scale per frequency
+        if kind not in ("none", "linear") or factor != 1.0:
+            raise ModelLoadError(f"{path}: rope_freqs together with rope scaling {kind!r} is not supported")
+        divisors = _read_tensor(path, infos[_ROPE_FREQS])
+        return RopeScaling("llama3", freq_divisors=tuple(divisors.tolist()))
+    if kind == "none" or (kind == "linear" and factor == 1.0):
+        return None
+    if kind == "linear":
+        return RopeScaling("linear", factor=factor)
+    if kind == "yarn":
+        if fields.get(f"{arch}.rope.scaling.attn_factor") is not None:
+            raise ModelLoadError(f"{path}: yarn with an explicit attention factor is not supported")
+        original = fields.get(f"{arch}.rope.scaling.original_context_length")
+        if original is None:
+            raise ModelLoadError(f"{path}: yarn rope scaling without rope.scaling.original_context_length")
+        return RopeScaling("yarn", factor=factor, original_max_position=int(original))
+    raise ModelLoadError(f"{path}: rope scaling {kind!r} is not supported (linear, yarn, llama3)")
+
+
+def _check_types(path: Path, tensors: list[TensorInfo]) -> None:
+    """Dequantize one row of each quantization type now, so that a type gguf-py cannot read
+    fails before the model is half loaded."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quant_shape_to_byte_shape
+
+    first = {t.ggml_type: t for t in reversed(tensors)}
+    for ggml_type, t in first.items():
+        qtype = GGMLQuantizationType(ggml_type)
+        if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            continue
+        row_bytes = quant_shape_to_byte_shape(t.shape, qtype)[-1]
+        try:
+            dequantize(np.fromfile(path, dtype=np.uint8, count=row_bytes, offset=t.offset)[None], qtype)
+        except (ValueError, NotImplementedError) as exc:
+            raise ModelLoadError(f"{path}: tensor type {qtype.name} is not supported ({exc})") from exc
+
+
+def _read_tensor(path: Path, info: TensorInfo) -> torch.Tensor:
+    """One tensor as float32 (float16 stays float16: the backend casts it once)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quant_shape_to_byte_shape
+
+    qtype = GGMLQuantizationType(info.ggml_type)
+    plain = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}
+    if qtype in plain:
+        raw = np.fromfile(path, dtype=plain[qtype], count=int(np.prod(info.shape)), offset=info.offset)
+        return torch.from_numpy(raw.reshape(info.shape))
+    row_bytes = quant_shape_to_byte_shape(info.shape, qtype)[-1]
+    rows = np.fromfile(path, dtype=np.uint8, count=info.nbytes, offset=info.offset).reshape(-1, row_bytes)
+    out = torch.empty(info.shape, dtype=torch.float32)
+    flat = out.view(rows.shape[0], -1)
+    step = max(1, _CHUNK_ELEMENTS // flat.shape[1])
+    try:
+        for r in range(0, rows.shape[0], step):
+            flat[r:r + step] = torch.from_numpy(dequantize(rows[r:r + step], qtype))
+    except (ValueError, NotImplementedError) as exc:
+        raise ModelLoadError(f"{path}: cannot read tensor {info.name} ({exc})") from exc
+    return out
+
+
+def _unpermute_rotary(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """llama.cpp's converter permutes Q/K rows for its pairwise rotary; undo it (HF layout)."""
+    return w.reshape(n_heads, w.shape[0] // n_heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)

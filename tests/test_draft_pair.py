@@ -1,0 +1,42 @@
+"""A draft model pairs with a target by tokenizer, not by embedding rows; padding rows past
+the tokenizer's vocabulary are never chosen."""
+import pytest
+import torch
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models
+
+from engine.engine import pair_draft
+from engine.errors import EngineError
+from engine.tokenizer import Tokenizer
+from tests.tiny_models import random_llama
+
+WORDS = ["a", "b", "c", "d", "e", "f"]
+
+
+def tokenizer(words: list[str]) -> Tokenizer:
+    return Tokenizer(HFTokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="a")), set())
+
+
+def test_padding_rows_are_never_chosen():
+    model = random_llama(seed=1, vocab=10)  # 10 rows for 6 tokens
+    with torch.no_grad():
+        model.head[6:] = 100 * model.head[6:].sign()  # the padding rows would win every argmax
+    model.limit_vocab(len(WORDS))
+    logits = model.forward([1, 2, 3])
+    assert logits.shape == (3, 10)
+    assert torch.isinf(logits[:, 6:]).all() and int(logits[-1].argmax()) < 6
+
+
+def test_draft_with_a_differently_padded_embedding_pairs():
+    target, draft = random_llama(seed=1, vocab=12), random_llama(seed=2, vocab=8)
+    target.limit_vocab(len(WORDS))
+    pair = pair_draft(target, tokenizer(WORDS), draft, tokenizer(WORDS))
+    logits = pair.backend.forward([1, 2])
+    assert logits.shape == (2, 12)  # as wide as the target's, for rejection sampling
+    assert torch.isinf(logits[:, 6:]).all() and torch.isfinite(logits[:, :6]).all()
+
+
+def test_draft_with_another_tokenizer_is_refused():
+    target, draft = random_llama(seed=1, vocab=8), random_llama(seed=2, vocab=8)
+    with pytest.raises(EngineError, match="tokenizer differs from the target's .id 3"):
+        pair_draft(target, tokenizer(WORDS), draft, tokenizer(["a", "b", "c", "x", "e", "f"]))
