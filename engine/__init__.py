@@ -8,8 +8,9 @@ import os
 # every pass several times slower. Must be set before torch is first imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from engine.engine import Completion, Engine, Limits  # noqa: E402
+from engine.engine import Completion, Engine  # noqa: E402
 from engine.errors import BackendUnavailable, EngineError, ModelLoadError  # noqa: E402
+from engine.request import Request  # noqa: E402
 from engine.sampling import Sampling  # noqa: E402
 from engine.stats import Stats  # noqa: E402
 
@@ -18,8 +19,8 @@ __all__ = [
     "Completion",
     "Engine",
     "EngineError",
-    "Limits",
     "ModelLoadError",
+    "Request",
     "Sampling",
     "Stats",
 ]

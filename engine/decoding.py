@@ -13,7 +13,6 @@ so every pass yields at least one token, and greedy output is exactly the target
 """
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,46 +23,49 @@ from engine.backends.base import Backend
 from engine.draft_length import DraftLength
 from engine.drafters.base import Draft, Drafter
 from engine.healing import Healer
+from engine.request import Request
 from engine.sampling import Sampling, draw, probabilities
 from engine.stats import Stats
 
 
-@dataclass
-class StopRules:
-    max_new_tokens: int = 64
-    eos_ids: frozenset[int] = frozenset()
-    should_stop: Callable[[list[int]], bool] | None = None  # e.g. a stop string in the text
-    cancel: threading.Event | None = None
-    # Called once the prompt is in the cache, before the first token: a caller that bounds
-    # decoding time (the server's time budget) starts its clock then, not before a cold prefill.
-    on_prefilled: Callable[[], None] | None = None
+@dataclass(frozen=True)
+class Vocabulary:
+    """What decoding needs to know about the tokenizer (the same for every request)."""
+    eos_ids: frozenset[int]
+    decode: Callable[[Sequence[int]], str]
+    healer: Healer
 
 
 class _Output:
-    """Tokens committed so far; applies the per-token stop rules in order."""
+    """Tokens committed so far; applies the request's stop rules token by token, in order."""
 
-    def __init__(self, rules: StopRules, stats: Stats):
-        self.rules = rules
-        self.stats = stats
+    def __init__(self, request: Request, vocab: Vocabulary, owed: str):
+        self.request, self.vocab, self.owed = request, vocab, owed
+        self.stats = Stats()
         self.tokens: list[int] = []
         self.stop_reason = ""
+
+    @property
+    def text(self) -> str:
+        """The output's text, less the healed prompt text it starts with."""
+        return self.vocab.decode(self.tokens)[len(self.owed):]
 
     def commit(self, tokens: Sequence[int]) -> None:
         for token in tokens:
             if self.stop_reason:
                 return
-            if token in self.rules.eos_ids:
+            if token in self.vocab.eos_ids:
                 self.stop_reason = "eos"
                 return
             self.tokens.append(token)
-            if len(self.tokens) >= self.rules.max_new_tokens:
+            if len(self.tokens) >= self.request.max_new_tokens:
                 self.stop_reason = "max_tokens"
-            elif self.rules.should_stop is not None and self.rules.should_stop(self.tokens):
+            elif self.request.stop is not None and self.request.stop(self.text) is not None:
                 self.stop_reason = "stop"
 
     def interrupted(self) -> bool:
         """Cancellation is checked between passes."""
-        if self.rules.cancel is not None and self.rules.cancel.is_set():
+        if self.request.cancel is not None and self.request.cancel.is_set():
             self.stop_reason = "cancelled"
         return bool(self.stop_reason)
 
@@ -73,15 +75,9 @@ class _Output:
 
 
 @dataclass
-class Healing:
-    """Text the output must start with: the prompt's removed last token (engine/healing.py)."""
-    healer: Healer
-    required: str
-
-
-@dataclass
 class Generation:
     tokens: list[int]
+    text: str  # the tokens' text, less the healed prompt text, cut where the request stops
     stats: Stats
 
 
@@ -95,10 +91,10 @@ def _prefill(target: Backend, prompt: Sequence[int], out: _Output) -> int:
         raise ValueError("the prompt is empty")
     t = time.perf_counter()
     out.stats.prompt_tokens = len(prompt)
-    out.stats.reused_tokens = target.sync(prompt[:-1], out.rules.cancel)
+    out.stats.reused_tokens = target.sync(prompt[:-1], out.request.cancel)
     out.stats.prefill_ms = _ms_since(t)
-    if out.rules.on_prefilled is not None:
-        out.rules.on_prefilled()
+    if out.request.on_prefilled is not None:
+        out.request.on_prefilled()
     return prompt[-1]
 
 
@@ -108,41 +104,42 @@ def _pick(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) 
     return draw(probabilities(logits, sampling), generator)
 
 
-def _heal(target: Backend, current: int, healing: Healing | None, out: _Output, sampling: Sampling,
-          generator: torch.Generator) -> int:
-    """Regenerate the prompt's removed last token under the healing constraint, a pass per token.
-    Every mode runs this same step first, so speculative output still equals the baseline's."""
-    required = healing.required if healing else ""
+def _heal(target: Backend, current: int, out: _Output, generator: torch.Generator) -> int:
+    """Regenerate the prompt's removed last token (`out.owed`) under the healing constraint, a
+    pass per token. Every mode runs this same step first, so speculative output still equals
+    the baseline's."""
+    required, healer, sampling = out.owed, out.vocab.healer, out.request.sampling
     while required and not out.done:
         t = time.perf_counter()
         logits = target.forward([current])[-1]
-        allowed = torch.tensor(healing.healer.allowed(required), dtype=torch.long)
+        allowed = torch.tensor(healer.allowed(required), dtype=torch.long)
         masked = torch.full_like(logits, float("-inf"))
         masked[allowed] = logits[allowed]
         current = _pick(masked, sampling, generator)
         out.stats.verify_ms += _ms_since(t)
         out.stats.target_passes += 1
-        required = healing.healer.advance(required, current)
+        required = healer.advance(required, current)
         out.commit([current])
     return current
 
 
-def _begin(target: Backend, prompt: Sequence[int], rules: StopRules, sampling: Sampling,
-           healing: Healing | None) -> tuple[_Output, int, torch.Generator]:
+def _begin(target: Backend, prompt: Sequence[int], request: Request, vocab: Vocabulary,
+           owed: str) -> tuple[_Output, int, torch.Generator]:
     """The start both loops share: prefill, then heal. Returns the output so far, the current
     token (not yet in the cache) and the random generator."""
-    out = _Output(rules, Stats())
-    generator = sampling.generator()
+    out = _Output(request, vocab, owed)
+    generator = request.sampling.generator()
     current = _prefill(target, prompt, out)
-    return out, _heal(target, current, healing, out, sampling, generator), generator
+    return out, _heal(target, current, out, generator), generator
 
 
-def generate_autoregressive(target: Backend, prompt: Sequence[int], rules: StopRules,
-                            sampling: Sampling = Sampling(), healing: Healing | None = None) -> Generation:
-    """The baseline: one target pass per token."""
+def generate_autoregressive(target: Backend, prompt: Sequence[int], request: Request,
+                            vocab: Vocabulary, owed: str = "") -> Generation:
+    """The baseline: one target pass per token. `owed`: the healed prompt text the output
+    must start with."""
     start = time.perf_counter()
-    out, current, generator = _begin(target, prompt, rules, sampling, healing)
-    stats = out.stats
+    out, current, generator = _begin(target, prompt, request, vocab, owed)
+    stats, sampling = out.stats, request.sampling
     while not out.done:
         t = time.perf_counter()
         current = _pick(target.forward([current])[-1], sampling, generator)
@@ -156,7 +153,9 @@ def _finish(out: _Output, stats: Stats, start: float) -> Generation:
     stats.new_tokens = len(out.tokens)
     stats.stop_reason = out.stop_reason
     stats.total_ms = _ms_since(start)
-    return Generation(out.tokens, stats)
+    text = out.text
+    cut = out.request.stop(text) if out.request.stop is not None else None
+    return Generation(out.tokens, text if cut is None else text[:cut], stats)
 
 
 def verify_greedy(draft: Draft, logits: torch.Tensor) -> tuple[list[int], int]:
@@ -195,19 +194,16 @@ def verify_sampling(draft: Draft, logits: torch.Tensor, sampling: Sampling,
     return list(range(len(draft))), draw(p[len(draft)], generator)
 
 
-def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int], rules: StopRules,
-                         sampling: Sampling = Sampling(), k_max: int = 8,
-                         healing: Healing | None = None,
-                         pass_cost: Sequence[float] | None = None, draft_cost: float = 0.0) -> Generation:
+def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int], request: Request,
+                         vocab: Vocabulary, draft_length: DraftLength, owed: str = "") -> Generation:
     """Draft, verify in one target pass, keep the accepted prefix plus the target's next token.
-    pass_cost: seconds per target pass by width; draft_cost: seconds per drafted token."""
+    `draft_length` chooses how many tokens to draft from the measured pass costs."""
     start = time.perf_counter()
-    out, current, generator = _begin(target, prompt, rules, sampling, healing)
-    stats = out.stats
-    draft_length = DraftLength(k_max, pass_cost, draft_cost=draft_cost)
+    out, current, generator = _begin(target, prompt, request, vocab, owed)
+    stats, sampling = out.stats, request.sampling
     use_tree = target.supports_tree and sampling.greedy
     while not out.done:
-        k = min(draft_length.next(), rules.max_new_tokens - len(out.tokens))
+        k = min(draft_length.next(), request.max_new_tokens - len(out.tokens))
         t = time.perf_counter()
         draft = drafter.propose(list(prompt) + out.tokens, k, sampling, generator) if k > 0 else Draft()
         if not use_tree and not draft.is_chain:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -11,7 +11,8 @@ import torch
 from engine.backends.base import Backend
 from engine.backends.torch_llama import TorchLlama
 from engine.calibrate import Calibration, load_or_measure, measure_pass_costs
-from engine.decoding import Healing, StopRules, generate_autoregressive, generate_speculative
+from engine.decoding import Vocabulary, generate_autoregressive, generate_speculative
+from engine.draft_length import DraftLength
 from engine.draft_loading import load_embedded_draft
 from engine.drafters.base import ModelDrafter
 from engine.drafters.draft_model import DraftModel
@@ -20,7 +21,7 @@ from engine.drafters.prompt_lookup import PromptLookup
 from engine.errors import EngineError
 from engine.healing import Healer
 from engine.models import EMBEDDED, load_model, resolve, resolve_dtype
-from engine.sampling import Sampling
+from engine.request import Request
 from engine.stats import Stats
 from engine.tokenizer import Tokenizer
 from engine.user_cache import content_key, machine_key
@@ -28,27 +29,11 @@ from engine.user_cache import content_key, machine_key
 MODES = ("ar", "lookup", "draft", "hybrid")
 
 
-@dataclass(frozen=True)
-class Limits:
-    max_new_tokens: int = 64
-    stop: tuple[str, ...] = ()  # stop strings; the text is cut before them
-    # Called with the text so far; returns where to cut it to stop, or None to go on.
-    stop_when: Callable[[str], int | None] | None = None
-    on_prefilled: Callable[[], None] | None = None  # see decoding.StopRules
-
-
 @dataclass
 class Completion:
     text: str
     tokens: list[int]
     stats: Stats = field(default_factory=Stats)
-
-
-def _first_cut(text: str, limits: Limits) -> int | None:
-    cuts = [i for s in limits.stop if (i := text.find(s)) >= 0]
-    if limits.stop_when is not None and (i := limits.stop_when(text)) is not None:
-        cuts.append(i)
-    return min(cuts) if cuts else None
 
 
 class Engine:
@@ -69,6 +54,7 @@ class Engine:
         self.pass_cost = pass_cost  # seconds per target pass by width (draft_length.py)
         self.draft_cost = draft_cost  # seconds per token the draft model drafts
         self.healer = Healer(tokenizer)
+        self.vocabulary = Vocabulary(frozenset(tokenizer.eos_ids), tokenizer.decode, self.healer)
         self.calibration: Calibration | None = None  # set by `load`: kernels and pass costs
         self.dtype: str | None = None  # set by `load`: the weights format it resolved to
 
@@ -132,11 +118,10 @@ class Engine:
         rate = self.calibration.prefill_tokens_per_s if self.calibration else float("inf")
         return (len(tokens) - cached) / rate
 
-    def complete(self, prompt: str | Sequence[int], *, mode: str = "lookup", limits: Limits = Limits(),
-                 sampling: Sampling = Sampling(), cancel: threading.Event | None = None,
-                 heal: bool = True) -> Completion:
-        """Continue `prompt`. Text prompts are token-healed (see engine/healing.py) unless
-        heal=False; token-id prompts are used as given."""
+    def complete(self, prompt: str | Sequence[int], request: Request = Request(),
+                 mode: str = "lookup") -> Completion:
+        """Continue `prompt` as `request` says, decoding in `mode`. Text prompts are
+        token-healed unless request.heal is False; token-id prompts are used as given."""
         if mode not in MODES:
             raise EngineError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
         if mode == "draft" and self.draft is None:
@@ -145,37 +130,24 @@ class Engine:
         if not tokens:
             raise EngineError("the prompt is empty")
         owed = ""
-        if heal and isinstance(prompt, str):
+        if request.heal and isinstance(prompt, str):
             tokens, owed = self.healer.split(tokens)
-        healing = Healing(self.healer, owed) if owed else None
-        room = self.target.max_len - limits.max_new_tokens - self.k_max - 2
+        room = self.target.max_len - request.max_new_tokens - self.k_max - 2
         if room < 1:
-            raise EngineError(f"max_new_tokens {limits.max_new_tokens} does not fit the context")
+            raise EngineError(f"max_new_tokens {request.max_new_tokens} does not fit the context")
         tokens = tokens[-room:]
-
-        def decode(out: list[int]) -> str:  # the output without the healed prompt text
-            return self.tokenizer.decode(out)[len(owed):]
-
-        rules = StopRules(
-            max_new_tokens=limits.max_new_tokens,
-            eos_ids=frozenset(self.tokenizer.eos_ids),
-            should_stop=(lambda out: _first_cut(decode(out), limits) is not None)
-            if (limits.stop or limits.stop_when) else None,
-            cancel=cancel,
-            on_prefilled=limits.on_prefilled,
-        )
         if mode == "ar":
-            gen = generate_autoregressive(self.target, tokens, rules, sampling, healing)
+            gen = generate_autoregressive(self.target, tokens, request, self.vocabulary, owed)
         else:
             drafter = {"lookup": self.lookup, "draft": self.draft,
                        "hybrid": Hybrid(self.lookup, self.draft)}[mode]
-            gen = generate_speculative(self.target, drafter, tokens, rules, sampling, self.k_max, healing,
-                                       # In hybrid most drafts are lookup's, which cost nothing; the
-                                       # model's own chains stop on its confidence (feature_draft.py).
-                                       self.pass_cost, self.draft_cost if mode == "draft" else 0.0)
-        text = decode(gen.tokens)
-        cut = _first_cut(text, limits)
-        return Completion(text if cut is None else text[:cut], gen.tokens, gen.stats)
+            # In hybrid most drafts are lookup's, which cost nothing; the model's own chains
+            # stop on its confidence (feature_draft.py).
+            draft_length = DraftLength(self.k_max, self.pass_cost,
+                                       draft_cost=self.draft_cost if mode == "draft" else 0.0)
+            gen = generate_speculative(self.target, drafter, tokens, request, self.vocabulary,
+                                       draft_length, owed)
+        return Completion(gen.text, gen.tokens, gen.stats)
 
 
 def _load_drafter(spec: str | None, target: Backend, tokenizer: Tokenizer, dtype: str | None,

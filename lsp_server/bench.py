@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine import Engine, EngineError, Limits
+from engine import Engine, EngineError, Request
 from engine.models import DTYPES, resolve
 from lsp_server.bench_peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
 from lsp_server.bench_report import Run, format_table, plot, summarize, write_json
@@ -177,7 +177,7 @@ def _engine_run(engine: Engine, mode: str, prompt: list[int], max_new_tokens: in
     else:
         engine.prefill(prompt)  # the untimed prefill
     start = time.perf_counter()
-    result = engine.complete(prompt, mode=mode, limits=Limits(max_new_tokens=max_new_tokens))
+    result = engine.complete(prompt, Request(max_new_tokens), mode)
     ms = (time.perf_counter() - start) * 1000
     s = result.stats
     emitted = s.new_tokens + (s.stop_reason == "eos")

@@ -56,7 +56,7 @@ def run_complete(args: argparse.Namespace) -> int:
     the plain continuation."""
     import threading
 
-    from engine import Engine, EngineError, Limits, Sampling
+    from engine import Engine, EngineError, Request, Sampling
     from lsp_server import context, suggest
     from lsp_server.options import Settings
 
@@ -76,8 +76,8 @@ def run_complete(args: argparse.Namespace) -> int:
         for doc_id, doc in [(str(args.file), text), *others.items()]:
             engine.set_document(doc_id, doc)
         if args.raw:
-            result = engine.complete(cursor.prefix, mode=args.mode, sampling=sampling,
-                                     limits=Limits(max_new_tokens=args.max_new_tokens))
+            result = engine.complete(cursor.prefix, Request(args.max_new_tokens, sampling=sampling),
+                                     args.mode)
             shown, stats = result.text, result.stats
         else:
             snippets = context.snippets(cursor, others, engine.tokenizer)

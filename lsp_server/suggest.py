@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine import Engine, Limits, Sampling
+from engine import Engine, Request, Sampling
 from engine.stats import Stats
 from lsp_server import postprocess
 from lsp_server.context import Budget, Cursor, build_prompt
@@ -80,9 +80,8 @@ def generate(engine: Engine, p: Plan, settings: Settings, snippets: str,
              on_prefilled: Callable[[], None] | None = None) -> Suggestion:
     """Run the model for plan `p` (on the model thread) and clean its text."""
     prompt, full = prompt_for(engine, p.cursor, snippets)
-    limits = Limits(max_new_tokens=settings.maxTokens, on_prefilled=on_prefilled,
-                    stop_when=postprocess.stop_rule(p.multiline, p.cursor.line_before))
-    result = engine.complete(prompt, mode=settings.mode, limits=limits, sampling=sampling,
-                             cancel=cancel)
+    request = Request(settings.maxTokens, postprocess.stop_rule(p.multiline, p.cursor.line_before),
+                      sampling, cancel, on_prefilled)
+    result = engine.complete(prompt, request, settings.mode)
     text = postprocess.clean(result.text, p.cursor.line_after, p.cursor.following_lines())
     return Suggestion(text, result.stats, full)

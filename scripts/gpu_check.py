@@ -28,7 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from engine import Engine, Limits  # noqa: E402
+from engine import Engine, Request  # noqa: E402
 from engine.backends.base import Backend  # noqa: E402
 from engine.models import embedded_target_path, load_model  # noqa: E402
 from engine.tokenizer import Tokenizer  # noqa: E402
@@ -138,17 +138,17 @@ def check_speculative(target: Backend, tokenizer: Tokenizer, new_tokens: int) ->
     """Lookup drafts from a document holding the greedy continuation itself (all drafts right),
     then a perturbed copy (drafts right up to a changed token): both must reproduce greedy."""
     engine = Engine(target, tokenizer)
-    limits = Limits(max_new_tokens=new_tokens)
+    request = Request(max_new_tokens=new_tokens)
     results = []
     for i, text in enumerate(PROMPTS):
         prompt = tokenizer.encode(text)
         t0 = time.perf_counter()
-        greedy = engine.complete(prompt, mode="ar", limits=limits).tokens
+        greedy = engine.complete(prompt, request, "ar").tokens
         ar_s = time.perf_counter() - t0
         for name, document in (("exact", greedy), ("perturbed", _perturb(greedy))):
             engine.lookup.set_document("seen", prompt + document)
             t0 = time.perf_counter()
-            out = engine.complete(prompt, mode="lookup", limits=limits)
+            out = engine.complete(prompt, request, "lookup")
             lk_s = time.perf_counter() - t0
             results.append({
                 "check": f"lookup ({name} document) == greedy, prompt {i}", "ok": out.tokens == greedy,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import Limits
+from engine import Request
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "shapes.py"
@@ -27,7 +27,7 @@ def test_raw_json_output_matches_the_engine(fp32_engine):
     assert {"text", "new_tokens", "target_passes", "drafted", "accepted", "ms"} <= set(result)
     lines = SAMPLE.read_text().split("\n")
     prefix = "\n".join(lines[:24]) + "\n" + lines[24][:8]
-    expected = fp32_engine.complete(prefix, mode="ar", limits=Limits(max_new_tokens=12))
+    expected = fp32_engine.complete(prefix, Request(max_new_tokens=12), "ar")
     assert result["text"] == expected.text
     assert result["target_passes"] <= result["new_tokens"]
 

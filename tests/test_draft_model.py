@@ -6,7 +6,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from engine import Engine, Limits
+from engine import Engine, Request
 from engine.draft_loading import EMBEDDED_DRAFT_DIR, load_embedded_draft
 from engine.errors import ModelLoadError
 from engine.models import embedded_target_path
@@ -115,9 +115,9 @@ def test_greedy_agreement_on_a_held_out_file(engine: Engine) -> None:
     "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
 ])
 def test_draft_mode_output_equals_autoregressive_in_fp32(engine: Engine, prompt: str) -> None:
-    limits = Limits(max_new_tokens=24)
-    ar = engine.complete(prompt, mode="ar", limits=limits)
-    draft = engine.complete(prompt, mode="draft", limits=limits)
+    request = Request(max_new_tokens=24)
+    ar = engine.complete(prompt, request, "ar")
+    draft = engine.complete(prompt, request, "draft")
     assert draft.tokens == ar.tokens
     assert draft.stats.accepted > 0  # the draft model really proposed tokens the target kept
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import Limits
+from engine import Request
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER = REPO / ".venv" / "bin" / "lsp_server"
@@ -62,7 +62,7 @@ def test_plugin_shows_and_accepts_a_suggestion(version: str, tmp_path: Path, req
     typed = json.loads(result.read_text())
     # Independent route: plain greedy decoding of the same text by the engine in this process
     # (loaded only now: not when Neovim is missing, and not competing with the server).
-    greedy = request.getfixturevalue("fp32_engine").complete(typed["prefix"], mode="ar", limits=Limits(max_new_tokens=MAX_TOKENS)).text
+    greedy = request.getfixturevalue("fp32_engine").complete(typed["prefix"], Request(max_new_tokens=MAX_TOKENS), "ar").text
     line = greedy.split("\n")[0].rstrip()
     assert line
     assert typed["accepted"] == typed["prefix"] + line

@@ -6,11 +6,11 @@ itself is checked against recomputing the whole sequence without any KV cache.
 import pytest
 import torch
 
-from engine import Limits
+from engine import Request
 from tests.code_samples import FILES, code_prompts, stdlib_text
 
 PROMPTS = code_prompts(20)
-LIMITS = Limits(max_new_tokens=24)
+REQUEST = Request(max_new_tokens=24)
 
 
 @pytest.fixture(scope="module")
@@ -22,10 +22,10 @@ def engine(fp32_engine):
 
 @pytest.mark.parametrize("name,prompt", PROMPTS, ids=[f"{i}-{n}" for i, (n, _) in enumerate(PROMPTS)])
 def test_speculative_modes_equal_autoregressive(engine, name, prompt):
-    baseline = engine.complete(prompt, mode="ar", limits=LIMITS)
+    baseline = engine.complete(prompt, REQUEST, "ar")
     assert baseline.stats.target_passes == baseline.stats.new_tokens
     for mode in ("lookup", "draft", "hybrid"):
-        result = engine.complete(prompt, mode=mode, limits=LIMITS)
+        result = engine.complete(prompt, REQUEST, mode)
         assert result.tokens == baseline.tokens, mode
         assert result.text == baseline.text
 
@@ -36,8 +36,8 @@ def test_lookup_saves_passes_on_repeated_code(engine, monkeypatch):
     monkeypatch.setattr(engine, "pass_cost", None)
     text = stdlib_text("textwrap.py")
     prompt = text[:text.index("    def _split(self, text):")] + text[:200]  # a second copy begins
-    result = engine.complete(prompt, mode="lookup", limits=LIMITS, heal=False)
-    baseline = engine.complete(prompt, mode="ar", limits=LIMITS, heal=False)
+    result = engine.complete(prompt, Request(max_new_tokens=24, heal=False), "lookup")
+    baseline = engine.complete(prompt, Request(max_new_tokens=24, heal=False), "ar")
     assert result.tokens == baseline.tokens
     assert result.stats.target_passes < baseline.stats.target_passes / 2
 
@@ -52,5 +52,5 @@ def test_cached_decoding_equals_full_recomputation(engine):
             target.truncate(0)
             logits = target.forward(tokens + expected)[-1]
             expected.append(int(torch.argmax(logits)))
-        result = engine.complete(tokens, mode="ar", limits=Limits(max_new_tokens=8))
+        result = engine.complete(tokens, Request(max_new_tokens=8), "ar")
         assert result.tokens == expected

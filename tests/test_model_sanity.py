@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from engine import Engine, Limits
+from engine import Engine, Request
 from tests.code_samples import stdlib_text
 
 
@@ -37,7 +37,7 @@ def test_tokenizer_round_trips_code(fp32_engine):
 
 def test_greedy_completion_of_a_function_is_valid_python(fp32_engine):
     prompt = "def fibonacci(n):\n"
-    result = fp32_engine.complete(prompt, mode="ar", limits=Limits(max_new_tokens=48))
+    result = fp32_engine.complete(prompt, Request(max_new_tokens=48), "ar")
     body = result.text.split("\n\n")[0]  # the function ends at the first blank line
     ast.parse(prompt + body)
     assert "return" in body
@@ -46,5 +46,5 @@ def test_greedy_completion_of_a_function_is_valid_python(fp32_engine):
 def test_healing_regenerates_the_cut_token(fp32_engine):
     """A prompt ending in indentation: the suggestion must not start with an extra space."""
     prompt = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        "
-    result = fp32_engine.complete(prompt, mode="ar", limits=Limits(max_new_tokens=8))
+    result = fp32_engine.complete(prompt, Request(max_new_tokens=8), "ar")
     assert result.text and not result.text[0].isspace()

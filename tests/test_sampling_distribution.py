@@ -10,15 +10,18 @@ import math
 import pytest
 import torch
 
-from engine.decoding import StopRules, generate_speculative
+from engine.decoding import Vocabulary, generate_speculative
+from engine.draft_length import DraftLength
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.prompt_lookup import PromptLookup
+from engine.request import Request
 from engine.sampling import Sampling, probabilities
 from tests.tiny_models import random_feature_draft, random_llama
 
 PROMPT = [1, 5, 2, 7, 1, 5]
 RUNS = 4000
 SAMPLING = Sampling(temperature=1.0)
+VOCABULARY = Vocabulary(eos_ids=frozenset(), decode=lambda ids: "", healer=None)  # tokens only
 
 
 def chi_square_critical(df: int, z: float = 3.09) -> float:
@@ -49,8 +52,8 @@ def sample_pairs(target, drafter) -> torch.Tensor:
     vocab = target.vocab_size
     counts = torch.zeros(vocab * vocab)
     for seed in range(RUNS):
-        gen = generate_speculative(target, drafter, PROMPT, StopRules(max_new_tokens=2),
-                                   Sampling(temperature=1.0, seed=seed), k_max=4)
+        request = Request(max_new_tokens=2, sampling=Sampling(temperature=1.0, seed=seed))
+        gen = generate_speculative(target, drafter, PROMPT, request, VOCABULARY, DraftLength(k_max=4))
         counts[gen.tokens[0] * vocab + gen.tokens[1]] += 1
     return counts
 

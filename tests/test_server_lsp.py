@@ -11,7 +11,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from engine import Limits
+from engine import Request
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -81,7 +81,7 @@ async def test_capabilities_advertised(client: LanguageClient):
 
 async def test_inline_matches_plain_greedy(client: LanguageClient, fp32_engine):
     # Independent route: plain autoregressive greedy with the engine in this process.
-    expected = fp32_engine.complete(FIB, mode="ar", limits=Limits(max_new_tokens=48)).text
+    expected = fp32_engine.complete(FIB, Request(max_new_tokens=48), "ar").text
     expected = expected.split("\n")[0].rstrip()
     assert expected
     uri = open_doc(client, "fib.py", FIB)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from engine import Engine, Limits
+from engine import Engine, Request
 from engine.backends.base import Backend
 from engine.engine import Completion
 from engine.training.data import stdlib_files
@@ -61,7 +61,7 @@ def run(engine: Engine, mode: str, prompt: list[int], new_tokens: int) -> Comple
     """One completion as the server makes it (measured pass costs, draft length, hybrid)."""
     engine.target.truncate(0)  # cold cache for every run: no mode profits from the previous one
     engine.draft.reset()
-    return engine.complete(prompt, mode=mode, limits=Limits(max_new_tokens=new_tokens))
+    return engine.complete(prompt, Request(max_new_tokens=new_tokens), mode)
 
 
 def main() -> None:
