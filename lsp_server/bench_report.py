@@ -85,7 +85,7 @@ def _cell(value: float | None, fmt: str) -> str:
 def format_table(report: dict) -> str:
     copy = report["machine"].get("copy_bandwidth_gb_s")
     lines = []
-    header = (f"{'mode':<12}{'p50 ms':>9}{'p95 ms':>9}{'tok/s':>8}{'tok/pass':>10}{'accept':>8}"
+    header = (f"{'mode':<12}{'p50 ms':>9}{'p95 ms':>9}{'tok/s':>8}{'tok/pass':>10}{'accept':>10}"
               f"{'speedup':>9}{'same as ar':>12}{'1st line ok':>13}")
     sections = [(w, d, "warm cache") for w, d in report["workloads"].items()]
     sections += [(w, d, "COLD: empty cache, prefill timed") for w, d in report.get("cold_workloads", {}).items()]
@@ -93,8 +93,8 @@ def format_table(report: dict) -> str:
         lines += [f"\n{workload}: {data['tasks']} tasks, up to {report['settings']['max_new_tokens']} "
                   f"new tokens, {report['model']['dtype']}, {cache}", header]
         for mode, m in data["modes"].items():
-            speedup = "baseline " if m["speedup_vs_ar"] is None else f"{m['speedup_vs_ar']:8.2f}x"
-            accept = f"{'no drafts':>10}" if m["drafted"] == 0 else _cell(m["acceptance_rate"], "8.2f")
+            speedup = f"{'baseline':>9}" if m["speedup_vs_ar"] is None else f"{m['speedup_vs_ar']:8.2f}x"
+            accept = f"{'no drafts':>10}" if m["drafted"] == 0 else _cell(m["acceptance_rate"], "10.2f")
             lines.append(
                 f"{mode:<12}{m['p50_ms']:>9.0f}{m['p95_ms']:>9.0f}{_cell(m['tokens_per_s'], '8.1f')}"
                 f"{_cell(m['tokens_per_target_pass'], '10.2f')}{accept}"
