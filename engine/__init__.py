@@ -12,6 +12,7 @@ from engine.engine import Completion, Engine, Limits  # noqa: E402
 from engine.errors import BackendUnavailable, EngineError, ModelLoadError  # noqa: E402
 from engine.sampling import Sampling  # noqa: E402
 from engine.stats import Stats  # noqa: E402
+from engine.tokenization import load_tokenizer  # noqa: E402
 
 __all__ = [
     "BackendUnavailable",
@@ -22,4 +23,5 @@ __all__ = [
     "ModelLoadError",
     "Sampling",
     "Stats",
+    "load_tokenizer",
 ]

@@ -1,0 +1,55 @@
+"""A Tokenizer from a GGUF file's metadata (a full model or a vocab-only file); tensors are not read."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken
+from tokenizers import Tokenizer as HFTokenizer
+
+from engine.errors import ModelLoadError
+from engine.tokenization import gguf_bpe, gguf_spm
+from engine.tokenization.gguf_metadata import read_metadata
+from engine.tokenizer import END_TOKEN_NAMES, FimTokens, Tokenizer
+
+# tokenizer.ggml.model -> (builder, how its pieces spell text)
+_MODELS: dict[str, tuple[Callable[[dict[str, Any], Path], tuple[HFTokenizer, bool]], str]] = {
+    "gpt2": (gguf_bpe.build, "byte_level"),
+    "llama": (gguf_spm.build, "sentencepiece"),
+}
+# gguf.TokenType
+_UNKNOWN, _CONTROL, _USER_DEFINED = 2, 3, 4
+_END_KEYS = ("eos", "eot", "eom", "fim_pad", "fim_rep", "fim_sep")
+_FIM_KEYS = (("fim_pre", "prefix"), ("fim_suf", "suffix"), ("fim_mid", "middle"))
+
+
+def load_gguf(path: Path) -> Tokenizer:
+    meta = read_metadata(path)
+    model = meta.get("tokenizer.ggml.model")
+    if model not in _MODELS:
+        raise ModelLoadError(f"{path}: tokenizer model {model!r} is not supported "
+                             "(known: gpt2 = byte-level BPE, llama = SentencePiece)")
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if not tokens:
+        raise ModelLoadError(f"{path}: no tokenizer.ggml.tokens in the metadata")
+    build, pieces = _MODELS[model]
+    hf, family_adds_bos = build(meta, path)
+    types = meta.get("tokenizer.ggml.token_type")
+    types = [1] * len(tokens) if types is None else types.tolist()
+    # As llama.cpp without parse_special: control text is never matched, user-defined text always.
+    hf.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                           for i, t in enumerate(types) if t in (_CONTROL, _UNKNOWN)])
+    hf.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
+                   for i, t in enumerate(types) if t == _USER_DEFINED])
+
+    def token_id(key: str) -> int | None:
+        value = meta.get(f"tokenizer.ggml.{key}_token_id")
+        return int(value) if value is not None and 0 <= int(value) < len(tokens) else None
+
+    ends = {i for key in _END_KEYS if (i := token_id(key)) is not None}
+    ends |= {i for i, t in enumerate(types) if t == _CONTROL and tokens[i] in END_TOKEN_NAMES}
+    fim_ids = [token_id(new) if token_id(new) is not None else token_id(old) for new, old in _FIM_KEYS]
+    fim = FimTokens(*fim_ids) if None not in fim_ids else None
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", family_adds_bos))
+    return Tokenizer(hf, ends, fim=fim, bos_id=token_id("bos"), add_bos=add_bos, pieces=pieces)

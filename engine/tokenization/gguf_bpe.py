@@ -1,0 +1,44 @@
+"""Byte-level BPE from a GGUF (`tokenizer.ggml.model == "gpt2"`): GPT-2, Llama 3, Qwen2, StarCoder,
+DeepSeek, ... told apart by `tokenizer.ggml.pre` (see pretokenizers.py)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Regex
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers
+
+from engine.errors import ModelLoadError
+from engine.tokenization.pretokenizers import PRE_TOKENIZERS, PreTokenizer
+
+log = logging.getLogger("draftline")
+
+
+def _pre_tokenizer(meta: dict[str, Any], path: Path) -> PreTokenizer:
+    name = meta.get("tokenizer.ggml.pre")
+    if name is None:  # old conversions: llama.cpp falls back to its default splits, and warns
+        log.warning("%s: no tokenizer.ggml.pre; using llama.cpp's default pre-tokenizer", path.name)
+        name = "default"
+    if name not in PRE_TOKENIZERS:
+        raise ModelLoadError(f"{path}: unknown pre-tokenizer {name!r} (known: {', '.join(sorted(PRE_TOKENIZERS))})")
+    return PRE_TOKENIZERS[name]
+
+
+def build(meta: dict[str, Any], path: Path) -> tuple[HFTokenizer, bool]:
+    """The tokenizer, and whether its family wants a BOS when the GGUF does not say."""
+    pre = _pre_tokenizer(meta, path)
+    tokens = meta["tokenizer.ggml.tokens"]
+    merges = meta.get("tokenizer.ggml.merges")
+    if merges is None:
+        raise ModelLoadError(f"{path}: byte-level BPE vocabulary without tokenizer.ggml.merges")
+    # llama.cpp splits a merge at its first space after the first character.
+    pairs = [(m[:i], m[i + 1:]) for m in merges if (i := m.find(" ", 1)) > 0]
+    hf = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=pairs,
+                                ignore_merges=pre.ignore_merges))
+    hf.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pre.regexes]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    hf.decoder = decoders.ByteLevel()
+    return hf, pre.add_bos
