@@ -7,6 +7,9 @@ export OMP_WAIT_POLICY := PASSIVE
 
 .PHONY: demo test install editors
 
+# llama.cpp's reference tokenizations (tests/test_tokenizers_reference.py), set below.
+LLAMA_VOCAB := .cache/llama-vocab/ggml-vocab-qwen2.gguf.out
+
 install: $(STAMP)
 
 # torch is pinned to the CPU build on purpose: an unpinned torch pulls a multi-GB CUDA build.
@@ -23,7 +26,7 @@ demo: $(STAMP)
 	$(VENV)/bin/lsp_server complete examples/shapes.py --line 24 --col 8
 
 # -rs prints why a test was skipped (e.g. the editors' tests without Node.js).
-test: $(STAMP) editors
+test: $(STAMP) editors $(LLAMA_VOCAB)
 	$(PY) -m pytest -q -rs
 
 # What the editors' tests need beyond the venv (tests/test_editor_*.py).
@@ -43,3 +46,13 @@ $(NVIM_0_11): | $(STAMP)
 $(VSCODE_DEPS): editors/vscode/package-lock.json
 	@if command -v npm >/dev/null; then cd editors/vscode && npm ci --no-audit --no-fund; \
 	else echo "npm not found: the VS Code extension's tests will be skipped"; fi
+
+# llama.cpp's vocab-only GGUFs and their reference tokenizations (.inp/.out), from the
+# llama-cpp-python 0.3.16 sdist (50 MB, downloaded once); only models/ggml-vocab-* is unpacked.
+$(LLAMA_VOCAB): | $(STAMP)
+	rm -rf .cache/llama-vocab && mkdir -p .cache/llama-vocab
+	$(PY) -m pip download --quiet --no-deps --no-binary :all: llama-cpp-python==0.3.16 -d .cache/llama-vocab
+	tar -xzf .cache/llama-vocab/llama_cpp_python-0.3.16.tar.gz -C .cache/llama-vocab \
+		--strip-components=4 --wildcards '*/vendor/llama.cpp/models/ggml-vocab-*'
+	rm .cache/llama-vocab/llama_cpp_python-0.3.16.tar.gz
+	touch $@

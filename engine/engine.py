@@ -110,7 +110,7 @@ class Engine:
                  sampling: Sampling = Sampling(), cancel: threading.Event | None = None,
                  heal: bool = True) -> Completion:
         """Continue `prompt`. Text prompts are token-healed (see engine/healing.py) unless
-        heal=False; token-id prompts are used as given."""
+        heal=False, and get the BOS the model expects; token-id prompts are used as given."""
         if mode not in MODES:
             raise EngineError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
         if mode == "draft" and self.draft is None:
@@ -125,7 +125,10 @@ class Engine:
         room = self.target.max_len - limits.max_new_tokens - self.k_max - 2
         if room < 1:
             raise EngineError(f"max_new_tokens {limits.max_new_tokens} does not fit the context")
-        tokens = tokens[-room:]
+        bos = isinstance(prompt, str) and self.tokenizer.add_bos
+        tokens = tokens[max(0, len(tokens) - room + bos):]
+        if bos:  # added after healing and trimming, so that neither removes it
+            tokens = self.tokenizer.with_bos(tokens)
 
         def decode(out: list[int]) -> str:  # the output without the healed prompt text
             return self.tokenizer.decode(out)[len(owed):]

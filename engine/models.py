@@ -9,6 +9,7 @@ import torch
 
 from engine.backends.base import Backend
 from engine.errors import BackendUnavailable, ModelLoadError
+from engine.tokenization import load_tokenizer
 from engine.tokenizer import Tokenizer
 from engine.weights import load_weights
 
@@ -80,11 +81,8 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
         raise ModelLoadError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
     from engine.backends.torch_llama import TorchLlama
 
+    tokenizer = load_tokenizer(path)  # first: an unsupported vocabulary fails before any tensor is read
     weights = load_weights(path)
-    if weights.gguf_metadata is not None:
-        tokenizer = Tokenizer.from_gguf_metadata(weights.gguf_metadata, path)
-    else:
-        tokenizer = Tokenizer.from_folder(path)
     log.info("loaded %s (%d layers, %s, %s)", path.name, weights.config.n_layers, dtype, device)
     model = TorchLlama(weights, DTYPES[dtype], max_len=max_len, device=device, int8=dtype == "int8")
     return model, tokenizer

@@ -21,5 +21,5 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     if path.is_dir():
         return load_folder(path)
     if not path.is_file():
-        raise ModelLoadError(f"{path}: no such model file or folder")
+        raise ModelLoadError(f"model not found: {path}")
     return load_gguf(path)

@@ -1,0 +1,118 @@
+"""Our tokenizers against llama.cpp's reference tokenizations of its vocab-only GGUFs.
+
+`make test` unpacks them into .cache/llama-vocab/ (see the Makefile): for most vocabularies a
+`.gguf.inp` (inputs separated by a line `__ggml_vocab_test__`) and a `.gguf.out` (llama.cpp's ids
+per input: no BOS, special-token text not parsed). Those ids are the independent check: every
+input of every supported vocabulary must encode to exactly them.
+"""
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from engine import ModelLoadError, load_tokenizer
+from engine.tokenizer import Tokenizer
+
+VOCAB_DIR = Path(__file__).resolve().parents[1] / ".cache" / "llama-vocab"
+SEPARATOR = "\n__ggml_vocab_test__\n"
+# Not byte-level BPE nor SentencePiece: WordPiece (BERT) and Unigram (T5); refused on purpose.
+UNSUPPORTED = {"bert-bge", "nomic-bert-moe"}
+# SentencePiece vocabularies add a dummy-prefix space that decode() keeps (it renders continuations).
+SENTENCEPIECE = {"llama-spm", "phi-3", "baichuan"}
+# Code-like text for the vocabularies that ship no reference: this repository's own sources.
+CODE = sorted((Path(__file__).resolve().parents[1] / "engine").glob("*.py"))[:6]
+
+VOCABS = sorted(p.name.removeprefix("ggml-vocab-").removesuffix(".gguf") for p in VOCAB_DIR.glob("ggml-vocab-*.gguf"))
+needs_vocabs = pytest.mark.skipif(not VOCABS, reason=f"no llama.cpp vocabularies in {VOCAB_DIR}: run `make test`")
+
+
+def vocab_path(name: str) -> Path:
+    return VOCAB_DIR / f"ggml-vocab-{name}.gguf"
+
+
+@cache
+def tokenizer(name: str) -> Tokenizer:
+    return load_tokenizer(vocab_path(name))
+
+
+def reference(name: str) -> list[tuple[str, list[int]]]:
+    """The inputs and llama.cpp's ids, split as llama.cpp's test-tokenizer-0 splits them."""
+    raw = vocab_path(name).with_suffix(".gguf.inp").read_text(encoding="utf-8")
+    inputs = raw.split(SEPARATOR)
+    if raw.endswith(SEPARATOR):
+        inputs.pop()
+    lines = vocab_path(name).with_suffix(".gguf.out").read_text(encoding="utf-8").split("\n")
+    return [(text, [int(i) for i in line.split()]) for text, line in zip(inputs, lines)]
+
+
+def decoded(name: str, text: str) -> str:
+    """What decode(encode(text)) gives: the text, after SentencePiece's dummy-prefix space."""
+    return " " + text if name in SENTENCEPIECE and text else text
+
+
+with_reference = [n for n in VOCABS if n not in UNSUPPORTED and vocab_path(n).with_suffix(".gguf.out").exists()]
+without_reference = [n for n in VOCABS if n not in UNSUPPORTED and n not in with_reference]
+
+
+@needs_vocabs
+def test_the_reference_set_is_complete():
+    """The sdist's vocabularies: a missing one would silently shrink the tests below."""
+    assert {"qwen2", "llama-bpe", "deepseek-coder", "deepseek-llm", "starcoder", "refact", "gpt-2",
+            "falcon", "mpt", "command-r", "llama-spm", "phi-3"} <= set(with_reference)
+
+
+@needs_vocabs
+@pytest.mark.parametrize("name", with_reference)
+def test_encodes_exactly_as_llama_cpp(name):
+    tok = tokenizer(name)
+    cases = reference(name)
+    assert len(cases) > 30
+    wrong = [(text, ids, tok.encode(text)) for text, ids in cases if tok.encode(text) != ids]
+    assert not wrong, "\n".join(f"{text!r}: llama.cpp {ids}, ours {ours}" for text, ids, ours in wrong[:5])
+
+
+@needs_vocabs
+@pytest.mark.parametrize("name", with_reference)
+def test_decodes_the_reference_ids_back(name):
+    tok = tokenizer(name)
+    wrong = [text for text, ids in reference(name) if tok.decode(ids) != decoded(name, text)]
+    assert not wrong, f"{len(wrong)} inputs decode differently, e.g. {wrong[0]!r}"
+
+
+@needs_vocabs
+@pytest.mark.parametrize("name", without_reference)
+def test_round_trips_where_there_is_no_reference(name):
+    tok = tokenizer(name)
+    texts = [p.read_text(encoding="utf-8") for p in CODE] + [t for t, _ in reference("qwen2")]
+    wrong = [t for t in texts if tok.decode(tok.encode(t)) != decoded(name, t)]
+    assert not wrong, f"{len(wrong)} texts do not round-trip, e.g. {wrong[0][:80]!r}"
+
+
+@needs_vocabs
+@pytest.mark.parametrize("name", sorted(UNSUPPORTED & set(VOCABS)))
+def test_unsupported_tokenizer_models_are_refused(name):
+    with pytest.raises(ModelLoadError, match="is not supported") as err:
+        load_tokenizer(vocab_path(name))
+    assert "\n" not in str(err.value)
+
+
+@needs_vocabs
+@pytest.mark.parametrize("name", [n for n in with_reference if n not in SENTENCEPIECE])
+def test_token_texts_spell_ascii_text(name):
+    """token_texts() maps the vocabulary without the decoder; on ASCII text the texts of the ids
+    concatenate to the text (for SentencePiece: after the dummy-prefix space)."""
+    tok = tokenizer(name)
+    texts = tok.token_texts()
+    assert len(texts) == tok.vocab_size
+    for text in [p.read_text(encoding="utf-8")[:3000] for p in CODE]:
+        assert "".join(texts[i] for i in tok.encode(text)) == text
+
+
+@needs_vocabs
+@pytest.mark.parametrize("name", sorted(SENTENCEPIECE & set(VOCABS)))
+def test_sentencepiece_token_texts_keep_the_space(name):
+    """A lone "▁Hello" decodes to "Hello" in a SentencePiece decoder; mid-sequence it is " Hello"."""
+    tok = tokenizer(name)
+    texts = tok.token_texts()
+    for text in ["def area(r):\n    return 3.14 * r ** 2\n", "x = {'a': [1, 2]}\t# ok"]:
+        assert "".join(texts[i] for i in tok.encode(text)) == " " + text
