@@ -1,0 +1,176 @@
+"""Tokenizer behaviour beyond the reference ids: refusals, special text, end/FIM/BOS tokens, and
+the BOS reaching the model. Small vocabularies are written here with gguf.GGUFWriter; the
+llama.cpp vocabularies come from .cache/llama-vocab (tests/test_tokenizers_reference.py)."""
+import string
+import time
+from pathlib import Path
+
+import gguf
+import pytest
+
+from engine import Engine, Limits, ModelLoadError, load_tokenizer
+from engine.healing import Healer
+from engine.models import load_model
+from engine.tokenization.gguf_metadata import read_metadata
+from engine.tokenizer import FimTokens
+from lsp_server.context import Cursor, build_prompt
+from tests.test_tokenizers_reference import needs_vocabs, tokenizer, vocab_path
+from tests.tiny_models import random_llama
+
+CONTROL, USER_DEFINED = 3, 4
+# A byte-level vocabulary over printable ASCII ("Ġ" is the byte-level space) with one merge.
+CHARS = [c for c in string.printable if c.isprintable() and c != " "] + ["Ġ"]
+
+
+def write_vocab(path: Path, *, model: str = "gpt2", pre: str | None = "qwen2",
+                specials: tuple[str, ...] = ("<s>", "</s>"), ids: dict[str, int] | None = None,
+                add_bos: bool | None = None) -> Path:
+    """A vocab-only GGUF: `specials` (control tokens) first, then CHARS and "ab"."""
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_tokenizer_model(model)
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
+    tokens = [*specials, *CHARS, "ab"]
+    writer.add_token_list(tokens)
+    writer.add_token_types([CONTROL] * len(specials) + [1] * (len(tokens) - len(specials)))
+    writer.add_token_merges(["a b"])
+    for key, value in (ids or {}).items():
+        writer.add_uint32(f"tokenizer.ggml.{key}_token_id", value)
+    if add_bos is not None:
+        writer.add_add_bos_token(add_bos)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return path
+
+
+def refused(path: Path, match: str) -> str:
+    """Loading fails with one line, well under a second."""
+    start = time.perf_counter()
+    with pytest.raises(ModelLoadError, match=match) as err:
+        load_tokenizer(path)
+    assert time.perf_counter() - start < 1.0
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_unknown_pre_tokenizer_is_refused_naming_the_known_ones(tmp_path):
+    message = refused(write_vocab(tmp_path / "v.gguf", pre="no-such-family"), "unknown pre-tokenizer 'no-such-family'")
+    assert "qwen2" in message and "llama-bpe" in message and "deepseek-coder" in message
+
+
+def test_unknown_tokenizer_model_is_refused(tmp_path):
+    refused(write_vocab(tmp_path / "v.gguf", model="rwkv"), "tokenizer model 'rwkv' is not supported")
+
+
+def test_truncated_and_garbage_files_are_refused(tmp_path):
+    whole = write_vocab(tmp_path / "whole.gguf").read_bytes()
+    for name, data in [("truncated", whole[:len(whole) // 2]), ("garbage", b"\x07" * 5000),
+                       ("header-only", whole[:24]), ("empty", b"")]:
+        (tmp_path / f"{name}.gguf").write_bytes(data)
+        refused(tmp_path / f"{name}.gguf", "not a readable GGUF file")
+
+
+def test_a_model_with_an_unsupported_tokenizer_fails_before_its_weights_are_read(tmp_path):
+    """The file has no tensors: were the weights read first, the error would be about them."""
+    start = time.perf_counter()
+    with pytest.raises(ModelLoadError, match="unknown pre-tokenizer"):
+        load_model(write_vocab(tmp_path / "v.gguf", pre="no-such-family"), dtype="fp32", backend="torch")
+    assert time.perf_counter() - start < 1.0
+
+
+def test_fim_end_and_bos_tokens_come_from_metadata_ids(tmp_path):
+    specials = ("<a>", "<b>", "<c>", "<d>", "<e>")  # names no family uses: only the ids can tell
+    tok = load_tokenizer(write_vocab(tmp_path / "v.gguf", specials=specials, add_bos=True, ids={
+        "fim_pre": 2, "fim_suf": 3, "fim_mid": 1, "eos": 4, "eot": 0, "bos": 3}))
+    assert tok.fim == FimTokens(prefix=2, suffix=3, middle=1)
+    assert tok.eos_ids == {0, 4}
+    assert (tok.bos_id, tok.add_bos) == (3, True)
+    older = load_tokenizer(write_vocab(tmp_path / "old.gguf", specials=specials,
+                                       ids={"prefix": 0, "suffix": 1, "middle": 2}))
+    assert older.fim == FimTokens(prefix=0, suffix=1, middle=2)
+    assert not older.add_bos  # a qwen2-style vocabulary without add_bos_token
+
+
+def test_fim_token_text_in_a_user_file_is_plain_text(tmp_path):
+    tok = load_tokenizer(write_vocab(tmp_path / "v.gguf",
+                                     specials=("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")))
+    assert tok.fim == FimTokens(0, 1, 2)  # found by name: no FIM ids in this file's metadata
+    text = 'marker = "<|fim_prefix|>"'
+    ids = tok.encode(text)
+    assert not {0, 1, 2} & set(ids)
+    assert tok.decode(ids) == text
+
+
+@needs_vocabs
+def test_qwen2_special_text_is_not_parsed_but_user_defined_tokens_are():
+    meta = read_metadata(vocab_path("qwen2"))
+    tokens, types = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"]
+    control = {i for i, t in enumerate(types) if t == CONTROL}
+    assert {"<|endoftext|>", "<|im_end|>"} <= {tokens[i] for i in control}
+    tok = tokenizer("qwen2")
+    text = 'x = "<|im_end|>" + "<|endoftext|>"'
+    assert not control & set(tok.encode(text))
+    assert tok.decode(tok.encode(text)) == text
+    # llama.cpp matches user-defined tokens even without parse_special.
+    pad = next(i for i, t in enumerate(types) if t == USER_DEFINED)
+    assert pad in tok.encode(f"a{tokens[pad]}b")
+
+
+@needs_vocabs
+def test_qwen2_text_token_end_of_sentence_is_not_an_end_token():
+    meta = read_metadata(vocab_path("qwen2"))
+    tokens, types = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"]
+    plain = tokens.index("</s>")
+    assert types[plain] != CONTROL
+    tok = tokenizer("qwen2")
+    assert plain not in tok.eos_ids
+    assert meta["tokenizer.ggml.eos_token_id"] in tok.eos_ids
+
+
+@needs_vocabs
+def test_deepseek_coder_user_defined_letters_decode_exactly():
+    meta = read_metadata(vocab_path("deepseek-coder"))
+    user_defined = {i for i, t in enumerate(meta["tokenizer.ggml.token_type"]) if t == USER_DEFINED}
+    tok = tokenizer("deepseek-coder")
+    ids = tok.encode("Größe = über")
+    assert user_defined & set(ids)  # "ö" and "ü" are user-defined tokens in this vocabulary
+    assert tok.decode(ids) == "Größe = über"
+    assert "".join(tok.token_texts()[i] for i in ids) == "Größe = über"
+
+
+@needs_vocabs
+@pytest.mark.parametrize("name, add_bos", [("llama-bpe", True), ("llama-spm", True), ("deepseek-coder", True),
+                                           ("command-r", True), ("qwen2", False), ("starcoder", False)])
+def test_bos_follows_the_metadata_and_the_family(name, add_bos):
+    """llama-bpe's GGUF has no add_bos_token: Llama 3 wants a BOS all the same (as in llama.cpp)."""
+    meta = read_metadata(vocab_path(name))
+    tok = tokenizer(name)
+    assert tok.add_bos == add_bos
+    assert tok.bos_id == meta["tokenizer.ggml.bos_token_id"]
+    ids = tok.encode("def f():")
+    assert tok.with_bos(ids) == ([tok.bos_id] + ids if add_bos else ids)
+
+
+@needs_vocabs
+def test_healing_never_removes_the_bos():
+    tok = tokenizer("llama-bpe")
+    healer = Healer(tok)
+    [word] = tok.encode("return")
+    assert healer.split([tok.bos_id, word]) == ([tok.bos_id], "return")
+    assert healer.split([word, tok.bos_id]) == ([word, tok.bos_id], "")
+    assert healer.split([tok.bos_id]) == ([tok.bos_id], "")
+
+
+def test_the_engine_and_fim_prompts_start_with_the_bos(tmp_path):
+    tok = load_tokenizer(write_vocab(tmp_path / "v.gguf", add_bos=True, ids={"bos": 0, "eos": 1}))
+    target = random_llama(0, vocab=tok.vocab_size)
+    seen: list[int] = []
+    forward = target.forward
+    target.forward = lambda tokens, *a, **k: (seen.extend(tokens), forward(tokens, *a, **k))[1]
+    Engine(target, tok).complete("x = ab", mode="ar", limits=Limits(max_new_tokens=2))
+    assert seen[0] == 0  # the text prompt starts with x: only a prepended BOS puts 0 first
+    fim = load_tokenizer(write_vocab(tmp_path / "fim.gguf", add_bos=True, ids={"bos": 0},
+                                     specials=("<s>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")))
+    ids = build_prompt(Cursor("def f(", "):\n"), fim, 4096)
+    assert ids[:2] == [0, fim.fim.prefix] and ids[-1] == fim.fim.middle
