@@ -1,12 +1,15 @@
 """Tokenizer behaviour beyond the reference ids: refusals, special text, end/FIM/BOS tokens, and
 the BOS reaching the model. Small vocabularies are written here with gguf.GGUFWriter; the
 llama.cpp vocabularies come from .cache/llama-vocab (tests/test_tokenizers_reference.py)."""
+import json
 import string
 import time
 from pathlib import Path
 
 import gguf
 import pytest
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from engine import Engine, Limits, ModelLoadError, load_tokenizer
 from engine.healing import Healer
@@ -55,7 +58,8 @@ def refused(path: Path, match: str) -> str:
 
 
 def test_unknown_pre_tokenizer_is_refused_naming_the_known_ones(tmp_path):
-    message = refused(write_vocab(tmp_path / "v.gguf", pre="no-such-family"), "unknown pre-tokenizer 'no-such-family'")
+    path = write_vocab(tmp_path / "v.gguf", pre="no-such-family")
+    message = refused(path, "unknown pre-tokenizer 'no-such-family'")
     assert "qwen2" in message and "llama-bpe" in message and "deepseek-coder" in message
 
 
@@ -174,3 +178,50 @@ def test_the_engine_and_fim_prompts_start_with_the_bos(tmp_path):
                                      specials=("<s>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")))
     ids = build_prompt(Cursor("def f(", "):\n"), fim, 4096)
     assert ids[:2] == [0, fim.fim.prefix] and ids[-1] == fim.fim.middle
+
+
+def write_hf_folder(folder: Path, tokenizer: HFTokenizer, config: dict,
+                    tokenizer_config: dict | None = None) -> Path:
+    folder.mkdir()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "config.json").write_text(json.dumps(config))
+    if tokenizer_config is not None:
+        (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    return folder
+
+
+def test_hf_folder_special_text_bos_and_end_tokens(tmp_path):
+    """Qwen2.5-Coder's tokenizer.json leaves its FIM tokens non-special; llama.cpp's conversion
+    makes them control tokens, and so do we. Llama 3's BOS comes from the post-processor."""
+    hf = HFTokenizer(models.BPE(vocab={c: i for i, c in enumerate(["<s>", "</s>", *CHARS, "ab"])},
+                                merges=[("a", "b")]))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    hf.add_special_tokens(["<s>", "</s>"])
+    hf.add_tokens(["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"])
+    hf.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    tok = load_tokenizer(write_hf_folder(tmp_path / "m", hf, {"eos_token_id": [1]}))
+    assert (tok.bos_id, tok.add_bos, tok.eos_ids) == (0, True, {1})
+    assert tok.fim is not None
+    text = 'marker = "<|fim_prefix|>"'
+    assert tok.fim.prefix not in tok.encode(text) and tok.decode(tok.encode(text)) == text
+    told = load_tokenizer(write_hf_folder(tmp_path / "told", hf, {},
+                                          {"add_bos_token": False, "eos_token": "</s>"}))
+    assert (told.add_bos, told.eos_ids) == (False, {1})
+
+
+@pytest.mark.parametrize("decoder", [
+    decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                       decoders.Strip(" ", 1, 0)]),
+    decoders.Metaspace(replacement="▁", prepend_scheme="always")])
+def test_hf_sentencepiece_decoders_keep_a_continuation_s_space(tmp_path, decoder):
+    """Generated " x" is "▁x"; Hugging Face's decoders drop its space as a dummy prefix."""
+    hf = HFTokenizer(models.BPE(vocab={"<unk>": 0, "▁": 1, "x": 2, "▁x": 3}, merges=[("▁", "x")],
+                                unk_token="<unk>"))
+    hf.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    hf.decoder = decoder
+    assert hf.decode([3]) == "x"
+    tok = load_tokenizer(write_hf_folder(tmp_path / "m", hf, {}))
+    assert tok.encode("x") == [3]
+    assert tok.decode([3, 3]) == " x x"
+    assert tok.token_texts()[3] == " x"

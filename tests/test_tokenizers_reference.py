@@ -22,7 +22,8 @@ SENTENCEPIECE = {"llama-spm", "phi-3", "baichuan"}
 # Code-like text for the vocabularies that ship no reference: this repository's own sources.
 CODE = sorted((Path(__file__).resolve().parents[1] / "engine").glob("*.py"))[:6]
 
-VOCABS = sorted(p.name.removeprefix("ggml-vocab-").removesuffix(".gguf") for p in VOCAB_DIR.glob("ggml-vocab-*.gguf"))
+VOCABS = sorted(p.name.removeprefix("ggml-vocab-").removesuffix(".gguf")
+                for p in VOCAB_DIR.glob("ggml-vocab-*.gguf"))
 needs_vocabs = pytest.mark.skipif(not VOCABS, reason=f"no llama.cpp vocabularies in {VOCAB_DIR}: run `make test`")
 
 
@@ -50,7 +51,8 @@ def decoded(name: str, text: str) -> str:
     return " " + text if name in SENTENCEPIECE and text else text
 
 
-with_reference = [n for n in VOCABS if n not in UNSUPPORTED and vocab_path(n).with_suffix(".gguf.out").exists()]
+with_reference = [n for n in VOCABS
+                  if n not in UNSUPPORTED and vocab_path(n).with_suffix(".gguf.out").exists()]
 without_reference = [n for n in VOCABS if n not in UNSUPPORTED and n not in with_reference]
 
 

@@ -22,7 +22,8 @@ def _pre_tokenizer(meta: dict[str, Any], path: Path) -> PreTokenizer:
         log.warning("%s: no tokenizer.ggml.pre; using llama.cpp's default pre-tokenizer", path.name)
         name = "default"
     if name not in PRE_TOKENIZERS:
-        raise ModelLoadError(f"{path}: unknown pre-tokenizer {name!r} (known: {', '.join(sorted(PRE_TOKENIZERS))})")
+        known = ", ".join(sorted(PRE_TOKENIZERS))
+        raise ModelLoadError(f"{path}: unknown pre-tokenizer {name!r} (known: {known})")
     return PRE_TOKENIZERS[name]
 
 

@@ -23,7 +23,7 @@ def _json(path: Path) -> dict[str, Any]:
 def _looks_special(text: str) -> bool:
     """llama.cpp's conversion makes these control tokens even when tokenizer.json does not mark
     them special (Qwen2.5-Coder's FIM tokens): their text in a user's file must stay text."""
-    return (text.startswith("<|") and text.endswith("|>")) or (text.startswith("<｜") and text.endswith("｜>"))
+    return any(text.startswith(a) and text.endswith(b) for a, b in (("<|", "|>"), ("<｜", "｜>")))
 
 
 def _continuation_decoder(decoder: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -74,7 +74,8 @@ def load_folder(folder: Path) -> Tokenizer:
     special = {t["content"]: t["id"] for t in spec.get("added_tokens", []) if t["special"]}
 
     eos = _ids(model_config.get("eos_token_id"))
-    eos |= {i for name, i in special.items() if name in END_TOKEN_NAMES or name == _token_text(config.get("eos_token"))}
+    eos_name = _token_text(config.get("eos_token"))
+    eos |= {i for name, i in special.items() if name in END_TOKEN_NAMES or name == eos_name}
     # BOS: the one tokenizer_config names, else the one the post-processor puts first.
     template = (spec.get("post_processor") or {}).get("single") or []
     first = template[0].get("SpecialToken", {}).get("id") if template else None
