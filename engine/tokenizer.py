@@ -9,22 +9,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
+from engine.tokenization.special_names import BY_KEY
 from engine.tokenization.token_texts import token_texts
-
-# Special tokens that end a generation, by name, after llama.cpp's end-of-generation list: for
-# vocabularies whose metadata names only the EOS. Only special (control) tokens count: Qwen's "</s>"
-# is ordinary text.
-END_TOKEN_NAMES = frozenset({"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>",
-                             "<|end|>", "<end_of_turn>", "<EOT>", "<|file_sep|>", "<|fim_pad|>"})
-
-# Fill-in-the-middle token triples (prefix, suffix, middle) of the families that have them, for
-# vocabularies whose metadata does not name their FIM tokens.
-_FIM_STYLES = (
-    ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder
-    ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder / StarCoder2
-    ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder
-    ("▁<PRE>", "▁<SUF>", "▁<MID>"),  # CodeLlama
-)
 
 
 @dataclass(frozen=True)
@@ -58,11 +44,9 @@ class Tokenizer:
         self._literal = {i: t.content for i, t in hf.get_added_tokens_decoder().items() if not t.special}
 
     def _fim_by_name(self) -> FimTokens | None:
-        for style in _FIM_STYLES:
-            ids = [self._hf.token_to_id(t) for t in style]
-            if all(i is not None for i in ids):
-                return FimTokens(*ids)
-        return None
+        ids = [next((i for name in BY_KEY[key] if (i := self._hf.token_to_id(name)) is not None), None)
+               for key in ("fim_pre", "fim_suf", "fim_mid")]
+        return FimTokens(*ids) if None not in ids else None
 
     def encode(self, text: str) -> list[int]:
         """Token ids of plain text: no BOS, special-token text not parsed."""

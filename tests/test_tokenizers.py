@@ -225,3 +225,14 @@ def test_hf_sentencepiece_decoders_keep_a_continuation_s_space(tmp_path, decoder
     assert tok.encode("x") == [3]
     assert tok.decode([3, 3]) == " x x"
     assert tok.token_texts()[3] == " x"
+
+
+@needs_vocabs
+def test_deepseek_coder_fim_tokens_are_found_by_name_and_their_text_stays_text():
+    """This GGUF marks "<｜fim▁begin｜>" user-defined; llama.cpp finds it by name and makes it control."""
+    tokens = read_metadata(vocab_path("deepseek-coder"))["tokenizer.ggml.tokens"]
+    tok = tokenizer("deepseek-coder")
+    assert tok.fim == FimTokens(*(tokens.index(t) for t in ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")))
+    text = 'FIM = ("<｜fim▁begin｜>", "<｜fim▁hole｜>")'
+    assert not {tok.fim.prefix, tok.fim.suffix} & set(tok.encode(text))
+    assert tok.decode(tok.encode(text)) == text

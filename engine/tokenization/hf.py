@@ -9,7 +9,8 @@ from typing import Any
 from tokenizers import Tokenizer as HFTokenizer
 
 from engine.errors import ModelLoadError
-from engine.tokenizer import END_TOKEN_NAMES, Tokenizer
+from engine.tokenization.special_names import BY_KEY, END_OF_GENERATION
+from engine.tokenizer import Tokenizer
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -20,10 +21,13 @@ def _json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+_NAMED = {name for names in BY_KEY.values() for name in names} | END_OF_GENERATION
+
+
 def _looks_special(text: str) -> bool:
-    """llama.cpp's conversion makes these control tokens even when tokenizer.json does not mark
-    them special (Qwen2.5-Coder's FIM tokens): their text in a user's file must stay text."""
-    return any(text.startswith(a) and text.endswith(b) for a, b in (("<|", "|>"), ("<｜", "｜>")))
+    """llama.cpp's conversion and loader make these control tokens even when tokenizer.json does
+    not mark them special (Qwen2.5-Coder's FIM tokens): their text in a user's file stays text."""
+    return text in _NAMED or any(text.startswith(a) and text.endswith(b) for a, b in (("<|", "|>"), ("<｜", "｜>")))
 
 
 def _continuation_decoder(decoder: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -75,7 +79,7 @@ def load_folder(folder: Path) -> Tokenizer:
 
     eos = _ids(model_config.get("eos_token_id"))
     eos_name = _token_text(config.get("eos_token"))
-    eos |= {i for name, i in special.items() if name in END_TOKEN_NAMES or name == eos_name}
+    eos |= {i for name, i in special.items() if name in END_OF_GENERATION or name == eos_name}
     # BOS: the one tokenizer_config names, else the one the post-processor puts first.
     template = (spec.get("post_processor") or {}).get("single") or []
     first = template[0].get("SpecialToken", {}).get("id") if template else None
