@@ -118,3 +118,24 @@ def test_sentencepiece_token_texts_keep_the_space(name):
     texts = tok.token_texts()
     for text in ["def area(r):\n    return 3.14 * r ** 2\n", "x = {'a': [1, 2]}\t# ok"]:
         assert "".join(texts[i] for i in tok.encode(text)) == " " + text
+
+
+# Edge cases the reference files miss, tokenized by llama.cpp's `llama-tokenize --no-bos --no-escape
+# --no-parse-special` (built from the same sdist): bytes a vocabulary lacks (Falcon has no \x0b),
+# non-ASCII whitespace against DeepSeek's literal ranges, tabs and CRLF.
+LLAMA_TOKENIZE = [
+    ("falcon", "x \x0b y", [99, 204, 291]),
+    ("falcon", "\n\t\x0c   \xa0|", [1132, 194, 466, 4381, 103]),
+    ("deepseek-llm", "a  \u3000\x0bb", [64, 243, 88946, 186, 65]),
+    ("deepseek-coder", "# \u3000中文\u2028x", [2, 207, 343, 209, 759, 1919, 350, 101, 87]),
+    ("llama-spm", "\tdef f(x):\n\treturn x  # ü",
+     [29871, 12, 1753, 285, 29898, 29916, 1125, 13, 12, 2457, 921, 29871, 396, 2505]),
+    ("qwen2", "s = '<|fim_prefix|>'\r\n", [82, 284, 3857, 91, 69, 318, 13974, 91, 95363]),
+    ("llama-bpe", "x\xa0=\u20031_000_000\n\n\n\tpass", [87, 4194, 28, 116503, 16, 62, 931, 62, 931, 1432, 42531]),
+]
+
+
+@needs_vocabs
+@pytest.mark.parametrize("name, text, ids", LLAMA_TOKENIZE)
+def test_edge_cases_encode_as_llama_tokenize(name, text, ids):
+    assert tokenizer(name).encode(text) == ids

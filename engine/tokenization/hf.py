@@ -27,7 +27,8 @@ _NAMED = {name for names in BY_KEY.values() for name in names} | END_OF_GENERATI
 def _looks_special(text: str) -> bool:
     """llama.cpp's conversion and loader make these control tokens even when tokenizer.json does
     not mark them special (Qwen2.5-Coder's FIM tokens): their text in a user's file stays text."""
-    return text in _NAMED or any(text.startswith(a) and text.endswith(b) for a, b in (("<|", "|>"), ("<｜", "｜>")))
+    return text in _NAMED or any(text.startswith(a) and text.endswith(b)
+                                 for a, b in (("<|", "|>"), ("<｜", "｜>")))
 
 
 def _continuation_decoder(decoder: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -24,7 +24,9 @@ _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 _LLAMA3 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")  # digits one by one
-_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+# llama.cpp matches regexes without \p{..} after turning non-ASCII whitespace into \x0b, so such
+# whitespace (U+3000, U+2028, ...) never matches these literal ranges: hence "&&\S".
+_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff&&\\S]+"
 # DeepSeek-LLM spells out its letters and punctuation; escaped so that no editor normalises them.
 _DEEPSEEK_LLM_LETTERS = (
     "\\s?[A-Za-z\xb5\xc0-\xd6\xd8-\xf6\xf8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-"
@@ -40,7 +42,7 @@ _DEEPSEEK_LLM_LETTERS = (
     "\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2"
     "\U000118a0-\U000118df\U0001e900-\U0001e943]+"
 )
-_DEEPSEEK_LLM_PUNCT = "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+"
+_DEEPSEEK_LLM_PUNCT = "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002&&\\S]+"
 
 _DEFAULT = PreTokenizer((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"))
 _GPT2_ROW = PreTokenizer((_GPT2,))

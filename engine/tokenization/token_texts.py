@@ -11,16 +11,18 @@ import re
 from tokenizers import Tokenizer as HFTokenizer
 
 
-def _byte_level_table() -> dict[int, str]:
-    """GPT-2's byte-level alphabet spells unprintable bytes as characters from U+0100 on; map
-    those back to the latin-1 character of the byte, so `piece.translate(table)` is latin-1."""
+def _byte_level_alphabet() -> list[str]:
+    """GPT-2's byte-level alphabet: the character spelling each byte; printable latin-1 bytes
+    stand for themselves, the others take characters from U+0100 on."""
     printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
                  *range(ord("®"), ord("ÿ") + 1)}
-    others = [byte for byte in range(256) if byte not in printable]
-    return {256 + n: chr(byte) for n, byte in enumerate(others)}
+    others = iter(range(256, 512))
+    return [chr(byte) if byte in printable else chr(next(others)) for byte in range(256)]
 
 
-_BYTE_LEVEL = _byte_level_table()
+BYTE_LEVEL_ALPHABET = _byte_level_alphabet()
+# The alphabet back to latin-1 characters, so that `piece.translate(table)` encodes to its bytes.
+_BYTE_LEVEL = {ord(char): chr(byte) for byte, char in enumerate(BYTE_LEVEL_ALPHABET)}
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
