@@ -83,6 +83,7 @@ class Tokenizer:
 
     @classmethod
     def from_folder(cls, folder: Path) -> Tokenizer:
+        """A model folder's tokenizer (the ExLlamaV2 backend's entry point; see load_tokenizer)."""
         from engine.tokenization.hf import load_folder  # imports this module
 
         return load_folder(folder)

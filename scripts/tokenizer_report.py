@@ -25,8 +25,8 @@ from engine.models import embedded_target_path  # noqa: E402
 
 def llama_cpp_ids(binary: Path, vocab: Path, text_file: Path) -> list[int] | None:
     """llama.cpp's ids for the file: no BOS, special text not parsed (as the reference files)."""
-    run = subprocess.run([str(binary), "-m", str(vocab), "-f", str(text_file), "--ids", "--no-bos", "--no-escape",
-                          "--no-parse-special", "--log-disable"], capture_output=True, text=True)
+    run = subprocess.run([str(binary), "-m", str(vocab), "-f", str(text_file), "--ids", "--no-bos",
+                          "--no-escape", "--no-parse-special", "--log-disable"], capture_output=True, text=True)
     if run.returncode != 0:
         return None
     return ast.literal_eval(run.stdout.strip().splitlines()[-1])
@@ -62,7 +62,7 @@ def main() -> None:
             built = time.perf_counter() - start
             ours = tok.encode(text)
             ref = llama_cpp_ids(args.llama_tokenize, vocab, Path(f.name)) if args.llama_tokenize else None
-            same = "" if ref is None else "yes" if ref == ours else f"no: from token {first_difference(ref, ours)}"
+            same = "" if ref is None else "yes" if ref == ours else f"no: from {first_difference(ref, ours)}"
             ref_rate = "" if ref is None else f"{len(ref) / kb:.1f}"
             print(f"| {name} | {built:.2f} | {len(ours) / kb:.1f} | {ref_rate} | {same} |")
 

@@ -232,7 +232,21 @@ def test_deepseek_coder_fim_tokens_are_found_by_name_and_their_text_stays_text()
     """This GGUF marks "<｜fim▁begin｜>" user-defined; llama.cpp finds it by name and makes it control."""
     tokens = read_metadata(vocab_path("deepseek-coder"))["tokenizer.ggml.tokens"]
     tok = tokenizer("deepseek-coder")
-    assert tok.fim == FimTokens(*(tokens.index(t) for t in ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")))
+    names = ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")
+    assert tok.fim == FimTokens(*(tokens.index(t) for t in names))
     text = 'FIM = ("<｜fim▁begin｜>", "<｜fim▁hole｜>")'
     assert not {tok.fim.prefix, tok.fim.suffix} & set(tok.encode(text))
     assert tok.decode(tok.encode(text)) == text
+
+
+def test_hf_bos_from_a_post_processor_sequence(tmp_path):
+    """Llama 3.1's tokenizer.json: ByteLevel then TemplateProcessing, no add_bos_token anywhere."""
+    hf = HFTokenizer(models.BPE(vocab={c: i for i, c in enumerate(["<|begin_of_text|>", *CHARS])}, merges=[]))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.add_special_tokens(["<|begin_of_text|>"])
+    hf.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                      special_tokens=[("<|begin_of_text|>", 0)])])
+    tok = load_tokenizer(write_hf_folder(tmp_path / "m", hf, {"eos_token_id": 5}))
+    assert (tok.bos_id, tok.add_bos, tok.eos_ids) == (0, True, {5})

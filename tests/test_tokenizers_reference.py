@@ -24,7 +24,8 @@ CODE = sorted((Path(__file__).resolve().parents[1] / "engine").glob("*.py"))[:6]
 
 VOCABS = sorted(p.name.removeprefix("ggml-vocab-").removesuffix(".gguf")
                 for p in VOCAB_DIR.glob("ggml-vocab-*.gguf"))
-needs_vocabs = pytest.mark.skipif(not VOCABS, reason=f"no llama.cpp vocabularies in {VOCAB_DIR}: run `make test`")
+needs_vocabs = pytest.mark.skipif(not VOCABS,
+                                  reason=f"no llama.cpp vocabularies in {VOCAB_DIR}: run `make test`")
 
 
 def vocab_path(name: str) -> Path:
@@ -131,7 +132,8 @@ LLAMA_TOKENIZE = [
     ("llama-spm", "\tdef f(x):\n\treturn x  # ü",
      [29871, 12, 1753, 285, 29898, 29916, 1125, 13, 12, 2457, 921, 29871, 396, 2505]),
     ("qwen2", "s = '<|fim_prefix|>'\r\n", [82, 284, 3857, 91, 69, 318, 13974, 91, 95363]),
-    ("llama-bpe", "x\xa0=\u20031_000_000\n\n\n\tpass", [87, 4194, 28, 116503, 16, 62, 931, 62, 931, 1432, 42531]),
+    ("llama-bpe", "x\xa0=\u20031_000_000\n\n\n\tpass",
+     [87, 4194, 28, 116503, 16, 62, 931, 62, 931, 1432, 42531]),
 ]
 
 

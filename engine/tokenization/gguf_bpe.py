@@ -29,8 +29,8 @@ def _pre_tokenizer(meta: dict[str, Any], path: Path) -> PreTokenizer:
 
 
 def _missing_ascii(tokens: list[str]) -> list[str]:
-    """A regex isolating the ASCII bytes the vocabulary lacks (Falcon's lacks \x0b and other
-    control bytes). llama.cpp drops such a byte but never merges across it; `tokenizers` drops it
+    """A regex isolating the ASCII bytes the vocabulary lacks (Falcon's lacks the vertical tab and
+    other control bytes). llama.cpp drops such a byte but never merges across it; `tokenizers` drops it
     before merging, so its neighbours would merge."""
     vocab = set(tokens)
     missing = [byte for byte in range(128) if BYTE_LEVEL_ALPHABET[byte] not in vocab]
@@ -49,7 +49,8 @@ def build(meta: dict[str, Any], path: Path) -> tuple[HFTokenizer, bool]:
     hf = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=pairs,
                                 ignore_merges=pre.ignore_merges))
     hf.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in (*pre.regexes, *_missing_ascii(tokens))]
+        [pre_tokenizers.Split(Regex(r), behavior="isolated")
+         for r in (*pre.regexes, *_missing_ascii(tokens))]
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     hf.decoder = decoders.ByteLevel()
     return hf, pre.add_bos

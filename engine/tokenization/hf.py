@@ -54,6 +54,15 @@ def _pieces(decoder: dict[str, Any] | None) -> str | None:
     return None
 
 
+def _template_bos(post_processor: dict[str, Any] | None) -> str | None:
+    """The special token a TemplateProcessing (alone or in a Sequence, as Llama 3.1's) puts first."""
+    for step in (post_processor or {}).get("processors", [post_processor or {}]):
+        template = step.get("single") or []
+        if step.get("type") == "TemplateProcessing" and template and "SpecialToken" in template[0]:
+            return template[0]["SpecialToken"]["id"]
+    return None
+
+
 def _token_text(value: Any) -> str | None:
     return value.get("content") if isinstance(value, dict) else value
 
@@ -82,8 +91,7 @@ def load_folder(folder: Path) -> Tokenizer:
     eos_name = _token_text(config.get("eos_token"))
     eos |= {i for name, i in special.items() if name in END_OF_GENERATION or name == eos_name}
     # BOS: the one tokenizer_config names, else the one the post-processor puts first.
-    template = (spec.get("post_processor") or {}).get("single") or []
-    first = template[0].get("SpecialToken", {}).get("id") if template else None
+    first = _template_bos(spec.get("post_processor"))
     bos_name = _token_text(config.get("bos_token")) or first
     bos_id = hf.token_to_id(bos_name) if bos_name else None
     add_bos = config.get("add_bos_token", first is not None and first == bos_name)
