@@ -72,7 +72,7 @@ def test_truncated_and_garbage_files_are_refused(tmp_path):
     for name, data in [("truncated", whole[:len(whole) // 2]), ("garbage", b"\x07" * 5000),
                        ("header-only", whole[:24]), ("empty", b"")]:
         (tmp_path / f"{name}.gguf").write_bytes(data)
-        refused(tmp_path / f"{name}.gguf", "not a readable GGUF file")
+        refused(tmp_path / f"{name}.gguf", "not a valid GGUF file")
 
 
 def test_a_model_with_an_unsupported_tokenizer_fails_before_its_weights_are_read(tmp_path):

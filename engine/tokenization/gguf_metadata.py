@@ -58,7 +58,7 @@ class _Cursor:
 
 def read_metadata(path: Path) -> dict[str, Any]:
     """All key/values of a GGUF file (v2 or v3). Raises ModelLoadError with one line if the file
-    is not a readable little-endian GGUF."""
+    is not a valid little-endian GGUF."""
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             if buf[:4] != b"GGUF":
@@ -76,4 +76,4 @@ def read_metadata(path: Path) -> dict[str, Any]:
                 meta[key] = cur.value(cur.unpack("<I"))
             return meta
     except (OSError, ValueError, struct.error, MemoryError) as exc:
-        raise ModelLoadError(f"{path}: not a readable GGUF file ({exc})") from exc
+        raise ModelLoadError(f"{path}: not a valid GGUF file ({exc})") from exc

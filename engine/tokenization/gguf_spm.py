@@ -39,9 +39,10 @@ def build(meta: dict[str, Any], path: Path) -> tuple[HFTokenizer, bool]:
     if scores is None or len(scores) != len(tokens):
         raise ModelLoadError(f"{path}: SentencePiece vocabulary without one score per token")
     types = meta.get("tokenizer.ggml.token_type")
+    unk = int(meta.get("tokenizer.ggml.unknown_token_id", 0))
     hf = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)},
                                 merges=_merges(tokens, scores, types), byte_fallback=True,
-                                unk_token=tokens[int(meta.get("tokenizer.ggml.unknown_token_id", 0))]))
+                                unk_token=tokens[unk] if 0 <= unk < len(tokens) else None))
     steps = [normalizers.Replace(" ", "▁")]
     if meta.get("tokenizer.ggml.add_space_prefix", True):
         steps.insert(0, normalizers.Prepend("▁"))

@@ -1,8 +1,8 @@
 """The text each vocabulary entry contributes mid-sequence, for the whole vocabulary at once.
 
-Token healing needs every token's text. Decoding 49k-152k ids one by one is slow, and wrong for
-SentencePiece: a lone "▁x" decodes to "x" (the dummy-prefix space is stripped). Mapping the
-pieces' characters directly is exact and takes a few tens of milliseconds.
+Token healing needs every token's text. Decoding ids one by one is wrong for SentencePiece (a
+lone "▁x" decodes to "x": the dummy-prefix space is stripped) and for user-defined tokens under a
+byte-level decoder. Mapping the pieces' characters directly is exact: 0.04 s for 49k tokens.
 """
 from __future__ import annotations
 
