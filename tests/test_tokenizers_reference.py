@@ -8,9 +8,11 @@ input of every supported vocabulary must encode to exactly them.
 from functools import cache
 from pathlib import Path
 
+import gguf
 import pytest
 
 from engine import ModelLoadError, load_tokenizer
+from engine.tokenization.gguf_metadata import read_metadata
 from engine.tokenizer import Tokenizer
 
 VOCAB_DIR = Path(__file__).resolve().parents[1] / ".cache" / "llama-vocab"
@@ -141,3 +143,43 @@ LLAMA_TOKENIZE = [
 @pytest.mark.parametrize("name, text, ids", LLAMA_TOKENIZE)
 def test_edge_cases_encode_as_llama_tokenize(name, text, ids):
     assert tokenizer(name).encode(text) == ids
+
+
+# Families without a vocab-only file of their own: GPT-2's vocabulary with another pre-type splits
+# text as that family does, which is what the rows differ in. Ids from llama-tokenize on the same
+# swapped file (tokens, types and merges of ggml-vocab-gpt-2.gguf; only tokenizer.ggml.pre changed).
+FAMILY_TEXT = "class HTTPServerError(x~~y): CamelCase's  π≈3.14159; über 中文かな ～ “quoted” 😀\n\n\tend"
+_COMMON = [43281, 20448, 338, 220, 18074, 222, 35705, 230, 18, 13]
+_TAIL = [26, 6184, 120, 527, 220, 40792, 23877, 229, 27370, 26945, 27332, 121, 252, 564, 250, 421, 5191,
+         447, 251, 30325, 222, 628, 197, 437]
+_DIGITS = [16, 19, 16, 20, 24]
+FAMILY_IDS = {
+    "deepseek-v3": [4871, 38288, 18497, 12331, 7, 87, 93, 93, 88, 2599, *_COMMON, 23756, 3270, *_TAIL],
+    "gpt-4o": [4871, 38288, 18497, 12331, 7, 87, 4907, 88, 2599, *_COMMON, 23756, 3270, *_TAIL],
+    "tekken": [4871, 38288, 18497, 12331, 7, 87, 4907, 88, 2599, *_COMMON, *_DIGITS, *_TAIL],
+    "seed-coder": [4871, 38288, 18497, 12331, 7, 87, 4907, 88, 2599, *_COMMON, *_DIGITS, *_TAIL],
+    "bailingmoe": [4871, 38288, 18497, 12331, 7, 87, 4907, 88, 2599, *_COMMON, *_DIGITS, *_TAIL],
+    "poro-chat": [4871, 38288, 18497, 12331, 7, 87, 4907, 88, 8, 25, *_COMMON, 1415, 19707, *_TAIL],
+    "viking": [4871, 38288, 18497, 12331, 7, 87, 4907, 88, 8, 25, *_COMMON, *_DIGITS, *_TAIL],
+}
+
+
+def with_pre(pre: str, dest: Path) -> Path:
+    """GPT-2's vocabulary with another tokenizer.ggml.pre."""
+    meta = read_metadata(vocab_path("gpt-2"))
+    writer = gguf.GGUFWriter(str(dest), arch="gpt2")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(meta["tokenizer.ggml.tokens"])
+    writer.add_token_types(meta["tokenizer.ggml.token_type"].tolist())
+    writer.add_token_merges(meta["tokenizer.ggml.merges"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return dest
+
+
+@needs_vocabs
+@pytest.mark.parametrize("pre", sorted(FAMILY_IDS))
+def test_other_families_split_as_llama_cpp(pre, tmp_path):
+    assert load_tokenizer(with_pre(pre, tmp_path / "v.gguf")).encode(FAMILY_TEXT) == FAMILY_IDS[pre]

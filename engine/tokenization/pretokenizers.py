@@ -44,11 +44,31 @@ _DEEPSEEK_LLM_LETTERS = (
 )
 _DEEPSEEK_LLM_PUNCT = "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002&&\\S]+"
 
+# llama.cpp's \p{S} leaves out "~" (its ASCII table of symbols lacks it): [\p{S}&&[^~]].
+_DEEPSEEK3 = (r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+"""
+              r"|[^\r\n\p{L}\p{P}[\p{S}&&[^~]]]?[\p{L}\p{M}]+| ?[\p{P}[\p{S}&&[^~]]]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# llama.cpp's rewrite of the upper/lower-case classes: on non-ASCII letters it cannot tell case.
+_UPPER_THEN_LOWER = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+"
+_LOWER_AFTER_UPPER = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*"
+_TEKKEN = (_UPPER_THEN_LOWER + "|" + _LOWER_AFTER_UPPER
+           + r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_GPT4O = (_UPPER_THEN_LOWER + _CONTRACTIONS + "?|" + _LOWER_AFTER_UPPER + _CONTRACTIONS
+          + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_SEED_CODER = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_BAILINGMOE = (r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+")
+_PORO = r" ?[^(\s|.,!?…。，、।۔،)]+"
+
 _DEFAULT = PreTokenizer((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"))
 _GPT2_ROW = PreTokenizer((_GPT2,))
 _LLAMA3_ROW = PreTokenizer((_LLAMA3,), ignore_merges=True, add_bos=True)
 _QWEN2_ROW = PreTokenizer((_QWEN2,))
 _STARCODER_ROW = PreTokenizer((r"\p{N}", _GPT2))  # digits one by one, then GPT-2's splits
+_DBRX_ROW = PreTokenizer((_LLAMA3,))  # Llama 3's splits, but merges always apply and no BOS
+_DEEPSEEK3_ROW = PreTokenizer((r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+", _DEEPSEEK3))
+_GPT4O_ROW = PreTokenizer((_GPT4O,))
+_PORO_ROW = PreTokenizer((_PORO,))
 
 # tokenizer.ggml.pre -> how to split. Names that llama.cpp maps to the same regexes share a row.
 PRE_TOKENIZERS: dict[str, PreTokenizer] = {
@@ -57,18 +77,45 @@ PRE_TOKENIZERS: dict[str, PreTokenizer] = {
     "phi-2": _GPT2_ROW,
     "mpt": _GPT2_ROW,
     "olmo": _GPT2_ROW,
+    "jais": _GPT2_ROW,
+    "trillion": _GPT2_ROW,
+    "gigachat": _GPT2_ROW,
+    "a.x-4.0": _GPT2_ROW,
+    "mellum": _GPT2_ROW,
+    "exaone4": _GPT2_ROW,
     "llama-bpe": _LLAMA3_ROW,
     "llama3": _LLAMA3_ROW,
     "llama-v3": _LLAMA3_ROW,
     "falcon3": _LLAMA3_ROW,
+    "falcon-h1": _LLAMA3_ROW,
+    "pixtral": _LLAMA3_ROW,
+    "midm-2.0": _LLAMA3_ROW,
+    "lfm2": _LLAMA3_ROW,
+    "dbrx": _DBRX_ROW,
+    "smaug-bpe": _DBRX_ROW,
     "qwen2": _QWEN2_ROW,
     "deepseek-r1-qwen": _QWEN2_ROW,
     "stablelm2": _QWEN2_ROW,
+    "megrez": _QWEN2_ROW,
+    "hunyuan": _QWEN2_ROW,
     "starcoder": _STARCODER_ROW,
     "smollm": _STARCODER_ROW,
     "refact": _STARCODER_ROW,
     "command-r": _STARCODER_ROW,
     "codeshell": _STARCODER_ROW,
+    "exaone": _STARCODER_ROW,
+    "minerva-7b": _STARCODER_ROW,
+    "deepseek-v3": _DEEPSEEK3_ROW,
+    "hunyuan-dense": _DEEPSEEK3_ROW,
+    "gpt-4o": _GPT4O_ROW,
+    "llama4": _GPT4O_ROW,
+    "tekken": PreTokenizer((_TEKKEN,), ignore_merges=True, add_bos=True),
+    "seed-coder": PreTokenizer((_SEED_CODER,)),
+    "bailingmoe": PreTokenizer((_BAILINGMOE,)),
+    "poro-chat": _PORO_ROW,
+    "bloom": _PORO_ROW,
+    "gpt3-finnish": _PORO_ROW,
+    "viking": PreTokenizer((_PORO, r"\p{N}")),
     "deepseek-coder": PreTokenizer((r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}")),
     "deepseek-llm": PreTokenizer((r"[\r\n]", _DEEPSEEK_LLM_LETTERS, _DEEPSEEK_LLM_PUNCT, r"\s+$", _CJK,
                                   r"\p{N}+")),
