@@ -1,12 +1,11 @@
 """Tokenizer behaviour beyond the reference ids: refusals, special text, end/FIM/BOS tokens, and
-the BOS reaching the model. Small vocabularies are written here with gguf.GGUFWriter; the
-llama.cpp vocabularies come from .cache/llama-vocab (tests/test_tokenizers_reference.py)."""
+the BOS reaching the model. Small vocabularies are written here (tests/llama_vocab.py); the
+llama.cpp vocabularies come from .cache/llama-vocab."""
 import json
 import string
 import time
 from pathlib import Path
 
-import gguf
 import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
@@ -17,7 +16,7 @@ from engine.models import load_model
 from engine.tokenization.gguf_metadata import read_metadata
 from engine.tokenizer import FimTokens
 from lsp_server.context import Cursor, build_prompt
-from tests.test_tokenizers_reference import needs_vocabs, tokenizer, vocab_path
+from tests.llama_vocab import needs_vocabs, tokenizer, vocab_path, write_vocab
 from tests.tiny_models import random_llama
 
 CONTROL, USER_DEFINED = 3, 4
@@ -25,26 +24,12 @@ CONTROL, USER_DEFINED = 3, 4
 CHARS = [c for c in string.printable if c.isprintable() and c != " "] + ["Ġ"]
 
 
-def write_vocab(path: Path, *, model: str = "gpt2", pre: str | None = "qwen2",
-                specials: tuple[str, ...] = ("<s>", "</s>"), ids: dict[str, int] | None = None,
-                add_bos: bool | None = None) -> Path:
+def vocab(path: Path, *, specials: tuple[str, ...] = ("<s>", "</s>"), pre: str | None = "qwen2",
+          **kwargs) -> Path:
     """A vocab-only GGUF: `specials` (control tokens) first, then CHARS and "ab"."""
-    writer = gguf.GGUFWriter(str(path), arch="llama")
-    writer.add_tokenizer_model(model)
-    if pre is not None:
-        writer.add_tokenizer_pre(pre)
     tokens = [*specials, *CHARS, "ab"]
-    writer.add_token_list(tokens)
-    writer.add_token_types([CONTROL] * len(specials) + [1] * (len(tokens) - len(specials)))
-    writer.add_token_merges(["a b"])
-    for key, value in (ids or {}).items():
-        writer.add_uint32(f"tokenizer.ggml.{key}_token_id", value)
-    if add_bos is not None:
-        writer.add_add_bos_token(add_bos)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.close()
-    return path
+    types = [CONTROL] * len(specials) + [1] * (len(tokens) - len(specials))
+    return write_vocab(path, tokens, types, ["a b"], pre=pre, **kwargs)
 
 
 def refused(path: Path, match: str) -> str:
@@ -58,17 +43,17 @@ def refused(path: Path, match: str) -> str:
 
 
 def test_unknown_pre_tokenizer_is_refused_naming_the_known_ones(tmp_path):
-    path = write_vocab(tmp_path / "v.gguf", pre="no-such-family")
+    path = vocab(tmp_path / "v.gguf", pre="no-such-family")
     message = refused(path, "unknown pre-tokenizer 'no-such-family'")
     assert "qwen2" in message and "llama-bpe" in message and "deepseek-coder" in message
 
 
 def test_unknown_tokenizer_model_is_refused(tmp_path):
-    refused(write_vocab(tmp_path / "v.gguf", model="rwkv"), "tokenizer model 'rwkv' is not supported")
+    refused(vocab(tmp_path / "v.gguf", model="rwkv"), "tokenizer model 'rwkv' is not supported")
 
 
 def test_truncated_and_garbage_files_are_refused(tmp_path):
-    whole = write_vocab(tmp_path / "whole.gguf").read_bytes()
+    whole = vocab(tmp_path / "whole.gguf").read_bytes()
     for name, data in [("truncated", whole[:len(whole) // 2]), ("garbage", b"\x07" * 5000),
                        ("header-only", whole[:24]), ("empty", b"")]:
         (tmp_path / f"{name}.gguf").write_bytes(data)
@@ -79,25 +64,25 @@ def test_a_model_with_an_unsupported_tokenizer_fails_before_its_weights_are_read
     """The file has no tensors: were the weights read first, the error would be about them."""
     start = time.perf_counter()
     with pytest.raises(ModelLoadError, match="unknown pre-tokenizer"):
-        load_model(write_vocab(tmp_path / "v.gguf", pre="no-such-family"), dtype="fp32", backend="torch")
+        load_model(vocab(tmp_path / "v.gguf", pre="no-such-family"), dtype="fp32", backend="torch")
     assert time.perf_counter() - start < 1.0
 
 
 def test_fim_end_and_bos_tokens_come_from_metadata_ids(tmp_path):
     specials = ("<a>", "<b>", "<c>", "<d>", "<e>")  # names no family uses: only the ids can tell
-    tok = load_tokenizer(write_vocab(tmp_path / "v.gguf", specials=specials, add_bos=True, ids={
+    tok = load_tokenizer(vocab(tmp_path / "v.gguf", specials=specials, add_bos=True, ids={
         "fim_pre": 2, "fim_suf": 3, "fim_mid": 1, "eos": 4, "eot": 0, "bos": 3}))
     assert tok.fim == FimTokens(prefix=2, suffix=3, middle=1)
     assert tok.eos_ids == {0, 4}
     assert (tok.bos_id, tok.add_bos) == (3, True)
-    older = load_tokenizer(write_vocab(tmp_path / "old.gguf", specials=specials,
+    older = load_tokenizer(vocab(tmp_path / "old.gguf", specials=specials,
                                        ids={"prefix": 0, "suffix": 1, "middle": 2}))
     assert older.fim == FimTokens(prefix=0, suffix=1, middle=2)
     assert not older.add_bos  # a qwen2-style vocabulary without add_bos_token
 
 
 def test_fim_token_text_in_a_user_file_is_plain_text(tmp_path):
-    tok = load_tokenizer(write_vocab(tmp_path / "v.gguf",
+    tok = load_tokenizer(vocab(tmp_path / "v.gguf",
                                      specials=("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")))
     assert tok.fim == FimTokens(0, 1, 2)  # found by name: no FIM ids in this file's metadata
     text = 'marker = "<|fim_prefix|>"'
@@ -167,14 +152,14 @@ def test_healing_never_removes_the_bos():
 
 
 def test_the_engine_and_fim_prompts_start_with_the_bos(tmp_path):
-    tok = load_tokenizer(write_vocab(tmp_path / "v.gguf", add_bos=True, ids={"bos": 0, "eos": 1}))
+    tok = load_tokenizer(vocab(tmp_path / "v.gguf", add_bos=True, ids={"bos": 0, "eos": 1}))
     target = random_llama(0, vocab=tok.vocab_size)
     seen: list[int] = []
     forward = target.forward
     target.forward = lambda tokens, *a, **k: (seen.extend(tokens), forward(tokens, *a, **k))[1]
     Engine(target, tok).complete("x = ab", mode="ar", limits=Limits(max_new_tokens=2))
     assert seen[0] == 0  # the text prompt starts with x: only a prepended BOS puts 0 first
-    fim = load_tokenizer(write_vocab(tmp_path / "fim.gguf", add_bos=True, ids={"bos": 0},
+    fim = load_tokenizer(vocab(tmp_path / "fim.gguf", add_bos=True, ids={"bos": 0},
                                      specials=("<s>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")))
     ids = build_prompt(Cursor("def f(", "):\n"), fim, 4096)
     assert ids[:2] == [0, fim.fim.prefix] and ids[-1] == fim.fim.middle

@@ -5,48 +5,20 @@
 per input: no BOS, special-token text not parsed). Those ids are the independent check: every
 input of every supported vocabulary must encode to exactly them.
 """
-from functools import cache
 from pathlib import Path
 
-import gguf
 import pytest
 
 from engine import ModelLoadError, load_tokenizer
 from engine.tokenization.gguf_metadata import read_metadata
-from engine.tokenizer import Tokenizer
+from tests.llama_vocab import VOCABS, needs_vocabs, reference, tokenizer, vocab_path, write_vocab
 
-VOCAB_DIR = Path(__file__).resolve().parents[1] / ".cache" / "llama-vocab"
-SEPARATOR = "\n__ggml_vocab_test__\n"
 # Not byte-level BPE nor SentencePiece: WordPiece (BERT) and Unigram (T5); refused on purpose.
 UNSUPPORTED = {"bert-bge", "nomic-bert-moe"}
 # SentencePiece vocabularies add a dummy-prefix space that decode() keeps (it renders continuations).
 SENTENCEPIECE = {"llama-spm", "phi-3", "baichuan"}
 # Code-like text for the vocabularies that ship no reference: this repository's own sources.
 CODE = sorted((Path(__file__).resolve().parents[1] / "engine").glob("*.py"))[:6]
-
-VOCABS = sorted(p.name.removeprefix("ggml-vocab-").removesuffix(".gguf")
-                for p in VOCAB_DIR.glob("ggml-vocab-*.gguf"))
-needs_vocabs = pytest.mark.skipif(not VOCABS,
-                                  reason=f"no llama.cpp vocabularies in {VOCAB_DIR}: run `make test`")
-
-
-def vocab_path(name: str) -> Path:
-    return VOCAB_DIR / f"ggml-vocab-{name}.gguf"
-
-
-@cache
-def tokenizer(name: str) -> Tokenizer:
-    return load_tokenizer(vocab_path(name))
-
-
-def reference(name: str) -> list[tuple[str, list[int]]]:
-    """The inputs and llama.cpp's ids, split as llama.cpp's test-tokenizer-0 splits them."""
-    raw = vocab_path(name).with_suffix(".gguf.inp").read_text(encoding="utf-8")
-    inputs = raw.split(SEPARATOR)
-    if raw.endswith(SEPARATOR):
-        inputs.pop()
-    lines = vocab_path(name).with_suffix(".gguf.out").read_text(encoding="utf-8").split("\n")
-    return [(text, [int(i) for i in line.split()]) for text, line in zip(inputs, lines)]
 
 
 def decoded(name: str, text: str) -> str:
@@ -148,7 +120,8 @@ def test_edge_cases_encode_as_llama_tokenize(name, text, ids):
 # Families without a vocab-only file of their own: GPT-2's vocabulary with another pre-type splits
 # text as that family does, which is what the rows differ in. Ids from llama-tokenize on the same
 # swapped file (tokens, types and merges of ggml-vocab-gpt-2.gguf; only tokenizer.ggml.pre changed).
-FAMILY_TEXT = "class HTTPServerError(x~~y): CamelCase's  π≈3.14159; über 中文かな ～ “quoted” 😀\n\n\tend"
+FAMILY_TEXT = ("class HTTPServerError(x~~y): CamelCase's  π≈3.14159; über 中文かな ～ “quoted” 😀"
+               "\n\n\tend")
 _COMMON = [43281, 20448, 338, 220, 18074, 222, 35705, 230, 18, 13]
 _TAIL = [26, 6184, 120, 527, 220, 40792, 23877, 229, 27370, 26945, 27332, 121, 252, 564, 250, 421, 5191,
          447, 251, 30325, 222, 628, 197, 437]
@@ -167,16 +140,8 @@ FAMILY_IDS = {
 def with_pre(pre: str, dest: Path) -> Path:
     """GPT-2's vocabulary with another tokenizer.ggml.pre."""
     meta = read_metadata(vocab_path("gpt-2"))
-    writer = gguf.GGUFWriter(str(dest), arch="gpt2")
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre)
-    writer.add_token_list(meta["tokenizer.ggml.tokens"])
-    writer.add_token_types(meta["tokenizer.ggml.token_type"].tolist())
-    writer.add_token_merges(meta["tokenizer.ggml.merges"])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.close()
-    return dest
+    return write_vocab(dest, meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"].tolist(),
+                       meta["tokenizer.ggml.merges"], pre=pre)
 
 
 @needs_vocabs
