@@ -7,6 +7,9 @@ export OMP_WAIT_POLICY := PASSIVE
 
 .PHONY: demo test install editors
 
+# llama.cpp's reference tokenizations (tests/test_tokenizers_reference.py), set below.
+LLAMA_VOCAB := .cache/llama-vocab/ggml-vocab-qwen2.gguf.out
+
 install: $(STAMP)
 
 # torch is pinned to the CPU build on purpose: an unpinned torch pulls a multi-GB CUDA build.
@@ -23,7 +26,7 @@ demo: $(STAMP)
 	$(VENV)/bin/lsp_server complete examples/shapes.py --line 24 --col 8
 
 # -rs prints why a test was skipped (e.g. the editors' tests without Node.js).
-test: $(STAMP) editors $(CONVERTER)
+test: $(STAMP) editors $(CONVERTER) $(LLAMA_VOCAB)
 	$(PY) -m pytest -q -rs
 
 # What the editors' tests need beyond the venv (tests/test_editor_*.py).
@@ -44,8 +47,10 @@ $(VSCODE_DEPS): editors/vscode/package-lock.json
 	@if command -v npm >/dev/null; then cd editors/vscode && npm ci --no-audit --no-fund; \
 	else echo "npm not found: the VS Code extension's tests will be skipped"; fi
 
-# llama.cpp's convert_hf_to_gguf.py (and its gguf-py) from the llama-cpp-python 0.3.16 sdist:
-# tests/test_architectures.py converts tiny transformers models with it. The tarball is kept.
+# The llama-cpp-python 0.3.16 sdist, downloaded once and kept, holds what two test files use:
+# llama.cpp's convert_hf_to_gguf.py with its gguf-py (tests/test_architectures.py converts tiny
+# transformers models) and its vocab-only GGUFs with reference tokenizations (.inp/.out,
+# tests/test_tokenizers_reference.py).
 LLAMA_CPP_DIR := .cache/llama-cpp-python-0.3.16
 LLAMA_CPP_SDIST := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16.tar.gz
 CONVERTER := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16/vendor/llama.cpp/convert_hf_to_gguf.py
@@ -56,4 +61,9 @@ $(LLAMA_CPP_SDIST): | $(STAMP)
 $(CONVERTER): $(LLAMA_CPP_SDIST)
 	tar -xzf $< -C $(LLAMA_CPP_DIR) llama_cpp_python-0.3.16/vendor/llama.cpp/convert_hf_to_gguf.py \
 		llama_cpp_python-0.3.16/vendor/llama.cpp/gguf-py
+	touch $@
+
+$(LLAMA_VOCAB): $(LLAMA_CPP_SDIST)
+	rm -rf .cache/llama-vocab && mkdir -p .cache/llama-vocab
+	tar -xzf $< -C .cache/llama-vocab --strip-components=4 --wildcards '*/vendor/llama.cpp/models/ggml-vocab-*'
 	touch $@

@@ -13,6 +13,7 @@ from engine.errors import BackendUnavailable, EngineError, ModelLoadError  # noq
 from engine.request import Request  # noqa: E402
 from engine.sampling import Sampling  # noqa: E402
 from engine.stats import Stats  # noqa: E402
+from engine.tokenization import load_tokenizer  # noqa: E402
 
 __all__ = [
     "BackendUnavailable",
@@ -23,4 +24,5 @@ __all__ = [
     "Request",
     "Sampling",
     "Stats",
+    "load_tokenizer",
 ]

@@ -105,7 +105,12 @@ class Engine:
             self.draft.reset()
 
     def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
-        return self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        """The ids `complete` feeds the model for `prompt` (before healing): a text prompt gets
+        the BOS the model expects."""
+        if not isinstance(prompt, str):
+            return list(prompt)
+        tokens = self.tokenizer.encode(prompt)
+        return self.tokenizer.with_bos(tokens) if self.tokenizer.add_bos else tokens
 
     def prefill_seconds(self, prompt: str | Sequence[int]) -> float:
         """About how long `complete(prompt)` would spend prefilling, given what is cached."""
@@ -121,12 +126,13 @@ class Engine:
     def complete(self, prompt: str | Sequence[int], request: Request = Request(),
                  mode: str = "lookup") -> Completion:
         """Continue `prompt` as `request` says, decoding in `mode`. Text prompts are
-        token-healed unless request.heal is False; token-id prompts are used as given."""
+        token-healed unless request.heal is False, and get the BOS the model expects; token-id
+        prompts are used as given."""
         if mode not in MODES:
             raise EngineError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
         if mode == "draft" and self.draft is None:
             raise EngineError("mode 'draft' needs a draft model (--draft)")
-        tokens = self.prompt_tokens(prompt)
+        tokens = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not tokens:
             raise EngineError("the prompt is empty")
         owed = ""
@@ -135,7 +141,10 @@ class Engine:
         room = self.target.max_len - request.max_new_tokens - self.k_max - 2
         if room < 1:
             raise EngineError(f"max_new_tokens {request.max_new_tokens} does not fit the context")
-        tokens = tokens[-room:]
+        bos = isinstance(prompt, str) and self.tokenizer.add_bos
+        tokens = tokens[max(0, len(tokens) - room + bos):]
+        if bos:  # added after healing and trimming, so that neither removes it
+            tokens = self.tokenizer.with_bos(tokens)
         if mode == "ar":
             gen = generate_autoregressive(self.target, tokens, request, self.vocabulary, owed)
         else:

@@ -20,7 +20,7 @@ class Healer:
 
     @cached_property
     def _texts(self) -> list[str]:
-        return [self.tokenizer.decode([i]) for i in range(self.tokenizer.vocab_size)]
+        return self.tokenizer.token_texts()
 
     @cached_property
     def _by_first_char(self) -> dict[str, list[int]]:
@@ -31,7 +31,8 @@ class Healer:
         return index
 
     def split(self, tokens: Sequence[int]) -> tuple[list[int], str]:
-        """The prompt without its last token, and that token's text (to be regenerated)."""
+        """The prompt without its last token, and that token's text (to be regenerated).
+        Control tokens (BOS, FIM markers) have no text, so they are never removed."""
         if len(tokens) < 2:
             return list(tokens), ""
         text = self._texts[tokens[-1]]

@@ -9,9 +9,10 @@ import torch
 
 from engine.backends.base import Backend
 from engine.errors import BackendUnavailable, ModelLoadError
-from engine import tokenizer_cache, weight_cache
+from engine import weight_cache
+from engine.tokenization import load_tokenizer
 from engine.tokenizer import Tokenizer
-from engine.weights import LoadedWeights, load_weights
+from engine.weights import load_weights
 
 log = logging.getLogger("draftline")
 
@@ -88,27 +89,13 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
     dtype = resolve_dtype(dtype)
     from engine.backends.torch_llama import TorchLlama
 
-    tokenizer, weights = tokenizer_cache.load(path), weight_cache.load(path, dtype)
-    if tokenizer is None or weights is None:  # first start with this file: convert and keep
-        loaded = load_weights(path)
-        if tokenizer is None:
-            tokenizer = _tokenizer(loaded, path)
-            tokenizer_cache.save(tokenizer, path)
-        if weights is None:
-            weights = weight_cache.convert(loaded, DTYPES[dtype], int8=dtype == "int8")
-            weight_cache.save(weights, path, dtype)
+    tokenizer = load_tokenizer(path)  # first: an unsupported vocabulary fails before any tensor is read
+    weights = weight_cache.load(path, dtype)
+    if weights is None:  # first start with this file: convert, and keep the result
+        weights = weight_cache.convert(load_weights(path), DTYPES[dtype], int8=dtype == "int8")
+        weight_cache.save(weights, path, dtype)
     log.info("loaded %s (%d layers, %s, %s)", path.name, weights.config.n_layers, dtype, device)
     model = TorchLlama(weights, DTYPES[dtype], max_len=max_len, device=device, int8=dtype == "int8")
-    real = tokenizer.vocab_size
-    if weights.gguf_metadata is not None:
-        from engine.formats.gguf import tokens_in_use
-
-        real = min(real, tokens_in_use(weights.gguf_metadata))
-    model.limit_vocab(real)  # rows that pad the embedding past the real tokens are never chosen
+    # Rows that pad the embedding past the real tokens are never chosen.
+    model.limit_vocab(min(tokenizer.vocab_size, tokenizer.tokens_in_use))
     return model, tokenizer
-
-
-def _tokenizer(weights: LoadedWeights, path: Path) -> Tokenizer:
-    if weights.gguf_metadata is not None:
-        return Tokenizer.from_gguf_metadata(weights.gguf_metadata, path)
-    return Tokenizer.from_folder(path)

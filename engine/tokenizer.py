@@ -1,27 +1,16 @@
-"""The target's tokenizer: rebuilt from GGUF metadata, or read from a `tokenizer.json`."""
+"""The target's tokenizer: text <-> token ids, plus what generation needs: end, FIM and BOS tokens.
+
+Built by engine.tokenization.load_tokenizer from a GGUF's metadata or a tokenizer.json folder.
+"""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, pre_tokenizers
 
-from engine.errors import ModelLoadError
-
-# Token texts that end a generation in the model families we load.
-_END_TOKENS = ("<|endoftext|>", "<|im_end|>", "</s>", "<|eot_id|>", "<|end_of_text|>", "<|file_sep|>")
-
-# Fill-in-the-middle token triples (prefix, suffix, middle) of the families that have them.
-_FIM_STYLES = (
-    ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder
-    ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder / StarCoder2
-    ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder
-    ("▁<PRE>", "▁<SUF>", "▁<MID>"),  # CodeLlama
-)
-
-_GGUF_CONTROL, _GGUF_USER_DEFINED = 3, 4
+from engine.tokenization.special_names import BY_KEY
+from engine.tokenization.token_texts import token_texts
 
 
 @dataclass(frozen=True)
@@ -32,69 +21,76 @@ class FimTokens:
 
 
 class Tokenizer:
-    """Text <-> token ids, plus what generation needs: end tokens and FIM tokens."""
+    """Text <-> token ids, plus what generation needs: end tokens, FIM tokens and the BOS token.
 
-    def __init__(self, hf: HFTokenizer, eos_ids: set[int]):
+    `pieces` says how a vocabulary entry spells its text ("byte_level" or "sentencepiece"), so
+    token_texts() can map the whole vocabulary at once; None asks the decoder token by token."""
+
+    def __init__(self, hf: HFTokenizer, eos_ids: set[int], *, fim: FimTokens | None = None,
+                 bos_id: int | None = None, add_bos: bool = False, pieces: str | None = None,
+                 tokens_in_use: int | None = None):
         self._hf = hf
+        # "<|fim_prefix|>" typed in a user's file is text, not a control token (llama.cpp's
+        # parse_special=false); user-defined tokens (not special) are still matched.
+        hf.encode_special_tokens = True
         self.vocab_size = hf.get_vocab_size(with_added_tokens=True)
-        self.eos_ids = eos_ids | {i for t in _END_TOKENS if (i := hf.token_to_id(t)) is not None}
-        self.fim = self._detect_fim()
+        # ids from here on are padding (never generated): a GGUF's trailing UNUSED entries
+        self.tokens_in_use = self.vocab_size if tokens_in_use is None else tokens_in_use
+        self.eos_ids = set(eos_ids)
+        self.fim = fim or self._fim_by_name()
+        self.bos_id = bos_id
+        self.add_bos = add_bos and bos_id is not None
+        self._pieces = pieces
+        self._texts: list[str] | None = None
+        # User-defined tokens stand for their text as written; the byte-level decoder would
+        # misread DeepSeek-Coder's "ö" token as the byte 0xF6.
+        self._literal = {i: t.content for i, t in hf.get_added_tokens_decoder().items() if not t.special}
 
-    def _detect_fim(self) -> FimTokens | None:
-        for style in _FIM_STYLES:
-            ids = [self._hf.token_to_id(t) for t in style]
-            if all(i is not None for i in ids):
-                return FimTokens(*ids)
-        return None
+    def _fim_by_name(self) -> FimTokens | None:
+        ids = [next((i for name in BY_KEY[key] if (i := self._hf.token_to_id(name)) is not None), None)
+               for key in ("fim_pre", "fim_suf", "fim_mid")]
+        return FimTokens(*ids) if None not in ids else None
 
     def encode(self, text: str) -> list[int]:
+        """Token ids of plain text: no BOS, special-token text not parsed."""
         return self._hf.encode(text, add_special_tokens=False).ids
+
+    def with_bos(self, ids: list[int]) -> list[int]:
+        """A prompt as the model expects it: BOS first when the vocabulary asks for one."""
+        return [self.bos_id, *ids] if self.add_bos else ids
 
     def id_to_token(self, i: int) -> str | None:
         """The vocabulary entry of id `i` (None past the vocabulary)."""
         return self._hf.id_to_token(i)
 
     def decode(self, ids: list[int]) -> str:
-        return self._hf.decode(ids, skip_special_tokens=True)
+        """The text these ids contribute when continuing a sequence: control tokens skipped,
+        user-defined tokens kept, and no SentencePiece dummy-prefix space removed."""
+        if self._literal.keys().isdisjoint(ids):
+            return self._hf.decode(ids, skip_special_tokens=True)
+        out, run = [], []
+        for i in ids:
+            if i in self._literal:
+                out += [self._hf.decode(run, skip_special_tokens=True), self._literal[i]]
+                run = []
+            else:
+                run.append(i)
+        return "".join(out) + self._hf.decode(run, skip_special_tokens=True)
+
+    def token_texts(self) -> list[str]:
+        """Each id's text in the middle of a sequence ("" for control tokens; U+FFFD for a lone
+        piece of a multi-byte character). Computed once."""
+        if self._texts is None:
+            self._texts = token_texts(self._hf, self._pieces)
+        return self._texts
 
     def save(self, path: Path) -> None:
         """Write a Hugging Face `tokenizer.json` (e.g. to build a model folder for another backend)."""
         self._hf.save(str(path))
 
     @classmethod
-    def from_gguf_metadata(cls, meta: dict, source: Path) -> Tokenizer:
-        if meta.get("tokenizer.ggml.model") != "gpt2":
-            raise ModelLoadError(
-                f"{source}: tokenizer {meta.get('tokenizer.ggml.model')!r} is not supported "
-                "(byte-level BPE GGUFs only)"
-            )
-        tokens = list(meta["tokenizer.ggml.tokens"])
-        merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
-        hf = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-        # SmolLM/StarCoder-style pre-tokenization: digits one by one, then GPT-2 byte-level splits.
-        hf.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Digits(individual_digits=True),
-             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
-        )
-        hf.decoder = decoders.ByteLevel()
-        types = list(meta.get("tokenizer.ggml.token_type") or [])
-        special = [tokens[i] for i, t in enumerate(types) if t in (_GGUF_CONTROL, _GGUF_USER_DEFINED)]
-        hf.add_special_tokens(special)
-        eos = meta.get("tokenizer.ggml.eos_token_id")
-        return cls(hf, {int(eos)} if eos is not None else set())
-
-    @classmethod
     def from_folder(cls, folder: Path) -> Tokenizer:
-        path = folder / "tokenizer.json"
-        try:
-            hf = HFTokenizer.from_file(str(path))
-        except Exception as exc:  # tokenizers raises plain Exception on missing/corrupt files
-            raise ModelLoadError(f"{path}: missing or unreadable tokenizer ({exc})") from exc
-        eos: set[int] = set()
-        for name in ("generation_config.json", "config.json"):
-            try:
-                value = json.loads((folder / name).read_text()).get("eos_token_id")
-            except (OSError, json.JSONDecodeError):
-                continue
-            eos |= set(value) if isinstance(value, list) else ({value} if value is not None else set())
-        return cls(hf, eos)
+        """A model folder's tokenizer (the ExLlamaV2 backend's entry point; see load_tokenizer)."""
+        from engine.tokenization.hf import load_folder  # imports this module
+
+        return load_folder(folder)

@@ -70,7 +70,6 @@ class LoadedWeights:
     config: LlamaConfig
     tensors: Mapping[str, torch.Tensor]  # canonical names (engine/architectures.py), maybe lazy
     source: Path
-    gguf_metadata: dict | None = None  # the GGUF key/values, for rebuilding the tokenizer
 
 
 def load_weights(path: Path) -> LoadedWeights:

@@ -145,7 +145,7 @@ def build_tasks(sources: list[SourceFile], workload: str, count: int, seed: int,
 def prompt_tokens(task: Task, tokenizer: Tokenizer) -> list[int]:
     """The prefix, or a fill-in-the-middle prompt when the model has FIM tokens."""
     if tokenizer.fim is None:
-        return tokenizer.encode(task.prefix)
+        return tokenizer.with_bos(tokenizer.encode(task.prefix))
     fim = tokenizer.fim
-    return [fim.prefix, *tokenizer.encode(task.prefix), fim.suffix, *tokenizer.encode(task.suffix),
-            fim.middle]
+    return tokenizer.with_bos([fim.prefix, *tokenizer.encode(task.prefix), fim.suffix,
+                               *tokenizer.encode(task.suffix), fim.middle])

@@ -135,5 +135,5 @@ def build_prompt(cursor: Cursor, tokenizer: Tokenizer, max_len: int, snippets: s
     if fim is None:
         return snippets + prefix
     suffix = suffix_window(cursor.suffix, tokenizer, budget.suffix_tokens)
-    return ([fim.prefix] + tokenizer.encode(snippets + prefix) + [fim.suffix]
-            + tokenizer.encode(suffix) + [fim.middle])
+    return tokenizer.with_bos([fim.prefix] + tokenizer.encode(snippets + prefix) + [fim.suffix]
+                              + tokenizer.encode(suffix) + [fim.middle])

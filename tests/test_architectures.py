@@ -20,7 +20,7 @@ import torch
 from engine.architectures import FAMILIES
 from engine.backends.torch_llama import TorchLlama
 from engine.errors import ModelLoadError
-from engine.formats.gguf import tokens_in_use
+from engine.tokenization import load_tokenizer
 from engine.weights import load_weights
 from tests import hf_tiny
 from tests.q4k import quantize_q4_k, requantize_q4_k
@@ -148,8 +148,9 @@ def test_bf16_checkpoint_as_transformers_5_saves_it(zoo, tmp_path):
 
 def test_padding_tokens_of_a_converted_gguf_are_never_chosen(zoo):
     weights = load_weights(zoo / "qwen2-f32.gguf")  # 320 rows; the converter padded 300 tokens
-    assert len(weights.gguf_metadata["tokenizer.ggml.tokens"]) == hf_tiny.VOCAB
-    real = tokens_in_use(weights.gguf_metadata)
+    tokenizer = load_tokenizer(zoo / "qwen2-f32.gguf")
+    assert tokenizer.vocab_size == hf_tiny.VOCAB
+    real = tokenizer.tokens_in_use
     assert real == hf_tiny.TOKENS
     model = TorchLlama(weights, dtype=torch.float32, max_len=128)
     model.limit_vocab(real)

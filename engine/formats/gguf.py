@@ -20,7 +20,6 @@ from engine.weights import LazyTensors, LlamaConfig, LoadedWeights, plan_tensors
 _ROPE_FREQS = "rope_freqs.weight"  # llama3 rope scaling: per-frequency divisors
 _CHUNK_ELEMENTS = 1 << 24  # dequantize this many weights at a time
 _PERMUTED = (".wq", ".wk", ".bq", ".bk")
-_UNUSED_TOKEN = 5  # gguf.TokenType.UNUSED
 
 
 def open_gguf(path: Path) -> LoadedWeights:
@@ -37,18 +36,7 @@ def open_gguf(path: Path) -> LoadedWeights:
             w = _unpermute_rotary(w, config.n_heads if canonical.endswith((".wq", ".bq")) else config.n_kv_heads)
         return w
 
-    metadata = {k: v for k, v in header.fields.items() if k.startswith("tokenizer.ggml.")}
-    return LoadedWeights(config, LazyTensors(list(plan), read), path, gguf_metadata=metadata)
-
-
-def tokens_in_use(metadata: dict) -> int:
-    """How many token ids are real: llama.cpp's converter pads the token list up to the
-    embedding's rows with UNUSED `[PAD{i}]` entries, which must never be generated."""
-    types = metadata.get("tokenizer.ggml.token_type") or []
-    n = len(metadata.get("tokenizer.ggml.tokens") or [])
-    while 0 < n <= len(types) and types[n - 1] == _UNUSED_TOKEN:
-        n -= 1
-    return n
+    return LoadedWeights(config, LazyTensors(list(plan), read), path)
 
 
 def _config(header: Header, path: Path) -> LlamaConfig:

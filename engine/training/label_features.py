@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from engine.backends.torch_llama import TorchLlama
 from engine.models import embedded_target_path
-from engine.tokenizer import Tokenizer
+from engine.tokenization import load_tokenizer
 from engine.training.data import corpus, log, shuffled_chunks
 from engine.weights import load_weights
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     path = embedded_target_path()
     weights = load_weights(path)
-    tokenizer = Tokenizer.from_gguf_metadata(weights.gguf_metadata, path)
+    tokenizer = load_tokenizer(path)
     train, held = corpus(args.work, tokenizer, min(tokenizer.eos_ids))
     target = TorchLlama(weights, torch.bfloat16, max_len=args.chunk)
     target.record_features()

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from engine.models import embedded_target_path
-from engine.tokenizer import Tokenizer
+from engine.tokenization import load_tokenizer
 from engine.training.checkpoint import load_checkpoint, save_checkpoint
 from engine.training.data import corpus, frequent_tokens, log
 from engine.training.feature_net import FeatureDraftNet
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
     path = embedded_target_path()
     weights = load_weights(path)
-    tokenizer = Tokenizer.from_gguf_metadata(weights.gguf_metadata, path)
+    tokenizer = load_tokenizer(path)
     train, _ = corpus(args.work, tokenizer, min(tokenizer.eos_ids))
     head_rows = frequent_tokens(train, args.vocab, always=set(tokenizer.eos_ids))
     net = FeatureDraftNet(weights.config, weights.tensors, args.init_layer, head_rows)
