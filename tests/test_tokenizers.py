@@ -98,7 +98,7 @@ def test_qwen2_special_text_is_not_parsed_but_user_defined_tokens_are():
     control = {i for i, t in enumerate(types) if t == CONTROL}
     assert {"<|endoftext|>", "<|im_end|>"} <= {tokens[i] for i in control}
     tok = tokenizer("qwen2")
-    text = 'x = "<|im_end|>" + "<|endoftext|>"'
+    text = 'x = "<|im_end|>" + "<|endoftext|>" + "<|fim_prefix|>"'
     assert not control & set(tok.encode(text))
     assert tok.decode(tok.encode(text)) == text
     # llama.cpp matches user-defined tokens even without parse_special.
