@@ -84,7 +84,7 @@ def test_cli_complete_with_exllamav2_fails_with_one_line(tmp_path: Path) -> None
     source.write_text("def add(a, b):\n    return a + b\n")
     out = subprocess.run(
         [sys.executable, "-m", "lsp_server.cli", "complete", str(source), "--line", "1",
-         "--col", "4", "--backend", "exllamav2", "--threads", "1"],
+         "--col", "16", "--backend", "exllamav2", "--threads", "1"],
         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert out.stdout == ""
