@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.backends.base import PREFILL_CHUNK, Backend
+from engine.kernels import prefill_candidates
 from engine.user_cache import cache_dir, write_atomically
 
 log = logging.getLogger("draftline")
@@ -93,8 +94,6 @@ def time_prefill_kernels(backend, candidates: tuple[str, ...], width: int = 128)
 
 def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
     """Everything `Calibration` holds, measured now (a few seconds)."""
-    from engine.kernels import prefill_candidates
-
     torch.set_num_threads(max_threads)
     cal = Calibration(pass_cost=[], prefill_tokens_per_s=0.0)
     if hasattr(backend, "use_prefill_kernel"):
