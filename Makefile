@@ -7,7 +7,11 @@ export OMP_WAIT_POLICY := PASSIVE
 
 .PHONY: demo test install editors
 
-# llama.cpp's reference tokenizations (tests/test_tokenizers_reference.py), set below.
+# What tests need from the llama-cpp-python sdist (rules below; defined here, before `test`
+# names them): llama.cpp's converter and its reference tokenizations.
+LLAMA_CPP_DIR := .cache/llama-cpp-python-0.3.16
+LLAMA_CPP_SDIST := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16.tar.gz
+CONVERTER := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16/vendor/llama.cpp/convert_hf_to_gguf.py
 LLAMA_VOCAB := .cache/llama-vocab/ggml-vocab-qwen2.gguf.out
 
 install: $(STAMP)
@@ -51,10 +55,6 @@ $(VSCODE_DEPS): editors/vscode/package-lock.json
 # llama.cpp's convert_hf_to_gguf.py with its gguf-py (tests/test_architectures.py converts tiny
 # transformers models) and its vocab-only GGUFs with reference tokenizations (.inp/.out,
 # tests/test_tokenizers_reference.py).
-LLAMA_CPP_DIR := .cache/llama-cpp-python-0.3.16
-LLAMA_CPP_SDIST := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16.tar.gz
-CONVERTER := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16/vendor/llama.cpp/convert_hf_to_gguf.py
-
 $(LLAMA_CPP_SDIST): | $(STAMP)
 	$(PY) -m pip download --quiet --no-deps --no-binary :all: llama-cpp-python==0.3.16 -d $(LLAMA_CPP_DIR)
 
