@@ -133,8 +133,8 @@ def warm_up(backend: Backend, max_width: int) -> None:
 
 def load_or_measure(backend: Backend, max_width: int, max_threads: int, key: str) -> Calibration:
     """The calibration kept for `key` (machine, model, dtype), else a new one, kept."""
-    path = cache_dir("calibration") / f"{key}-v{FORMAT}.json"
     try:
+        path = cache_dir("calibration") / f"{key}-v{FORMAT}.json"
         cal = Calibration(**json.loads(path.read_text()))
         if len(cal.pass_cost) == max_width + 1:
             cal.apply(backend)
@@ -145,6 +145,7 @@ def load_or_measure(backend: Backend, max_width: int, max_threads: int, key: str
         pass  # absent or unreadable: measure again
     cal = measure(backend, max_width, max_threads)
     try:
+        path = cache_dir("calibration") / f"{key}-v{FORMAT}.json"
         write_atomically(path, lambda tmp: tmp.write_text(json.dumps(cal.as_dict())))
     except OSError as exc:
         log.warning("could not keep the calibration: %s", exc)

@@ -43,17 +43,17 @@ def _path(model: Path, dtype: str) -> Path:
 
 def load(model: Path, dtype: str) -> LoadedWeights | None:
     """The converted weights of `model` from the cache, or None (absent or unreadable)."""
-    path = _path(model, dtype)
-    if not path.exists():
-        return None
     try:
+        path = _path(model, dtype)
+        if not path.exists():
+            return None
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata()
             # Copies: torch's int8 kernel crashes on the file's (unaligned) memory.
             flat = {name: f.get_tensor(name).clone() for name in f.keys()}
         config = _config(json.loads(meta["config"]))
     except (SafetensorError, OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning("ignoring unreadable weight cache %s (%s)", path, exc)
+        log.warning("ignoring the weight cache for %s (%s)", model.name, exc)
         return None
     tensors: dict[str, Weight] = {}
     for name, tensor in flat.items():

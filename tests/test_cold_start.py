@@ -181,3 +181,17 @@ def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_e
     # Once the full window is cached (the background extension), it is used.
     engine.prefill(engine.prompt_tokens(full))
     assert suggest.prompt_for(engine, cursor, snippets="") == (full, None)
+
+
+def test_an_unusable_cache_directory_costs_time_not_the_model(tmp_path, monkeypatch):
+    """A read-only or broken cache location: nothing is kept, everything still loads."""
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("DRAFTLINE_CACHE_DIR", str(blocker))
+    model_file = tmp_path / "model.gguf"
+    model_file.write_bytes(b"x" * 1000)
+    weights = random_weights(2, vocab=64, hidden=64, layers=1)
+    weight_cache.save(weights, model_file, "fp32")  # logs a warning, raises nothing
+    assert weight_cache.load(model_file, "fp32") is None
+    cal = calibrate.load_or_measure(int8_model(), 4, 1, "key")
+    assert len(cal.pass_cost) == 5
