@@ -13,10 +13,6 @@ from lsp_server.context import Budget, Cursor, build_prompt
 from lsp_server.settings import Settings
 
 
-def utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
 def cursor_at(text: str, line: int, character: int) -> Cursor | None:
     """Split `text` at an LSP position (UTF-16 units); None when it is outside the text or
     inside a surrogate pair."""
