@@ -99,7 +99,7 @@ def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
     if hasattr(backend, "use_prefill_kernel"):
         backend.truncate(0)
         cal.kernel_tokens_per_s = time_prefill_kernels(
-            backend, prefill_candidates(backend.dtype, backend.int8))
+            backend, prefill_candidates(backend.dtype, backend.quant is not None))
         cal.prefill_kernel = max(cal.kernel_tokens_per_s, key=cal.kernel_tokens_per_s.get)
         cal.prefill_copy = backend.use_prefill_kernel(cal.prefill_kernel)
     backend.truncate(0)

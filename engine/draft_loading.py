@@ -40,5 +40,5 @@ def load_embedded_draft(target: Backend, folder: Path = EMBEDDED_DRAFT_DIR) -> F
     tensors["embed"] = target.embed  # shared, not copied: same dtype and device
     weights = LoadedWeights(replace(c, n_layers=meta["n_layers"]), tensors, folder)
     net = TorchLlama(weights, target.dtype, max_len=target.max_len, device=str(target.device),
-                     head_rows=head_rows, int8=target.int8)
+                     head_rows=head_rows, quant="int8" if target.quant else None)
     return FeatureDraft(target, net, fc, fc_bias)

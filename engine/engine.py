@@ -188,7 +188,7 @@ def pair_draft(target: Backend, tokenizer: Tokenizer, draft: TorchLlama, draft_t
 
 def _calibration_key(model: str, target: Backend, threads: int) -> str:
     """Measurements hold for this machine, model file, weight format and cache size."""
-    kind = f"{type(target).__name__}-{getattr(target, 'dtype', '')}-int8={getattr(target, 'int8', False)}"
+    kind = f"{type(target).__name__}-{getattr(target, 'dtype', '')}-{getattr(target, 'quant', None)}"
     return f"{machine_key(threads)}-{content_key(resolve(model))}-{kind}-{target.max_len}".replace("torch.", "")
 
 

@@ -11,7 +11,7 @@ candidates at load (engine/calibrate.py) instead of assuming.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,9 @@ class Int8Weight:
     def select(self, rows: torch.Tensor) -> Int8Weight:
         return Int8Weight(self.q[rows].contiguous(), self.scale[rows].contiguous())
 
+    def prefix(self, rows: int) -> Int8Weight:
+        return Int8Weight(self.q[:rows], self.scale[:rows])  # views, not copies
+
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.q[ids].to(torch.bfloat16) * self.scale[ids, None]
 
@@ -56,7 +59,116 @@ class Int8Weight:
         return self.q.numel() + self.scale.numel() * 2
 
 
-Weight = torch.Tensor | Int8Weight
+GROUP = 32  # weights per int4 scale/zero pair (llama.cpp's Q4_0/Q4_1 blocks, Q4_K's sub-blocks)
+
+
+@dataclass
+class Int4Weight:
+    """Weight-only 4-bit with a scale and zero per group of 32 along each row:
+    w = (level - 8) * scale + zero, as torch's int4 kernel computes it. That form holds
+    llama.cpp's Q4_0 (zero 0), Q4_1 (zero = min + 8 scale) and Q4_K (per-sub-block) blocks,
+    so a GGUF's 4-bit tensors are computed with the file's own levels. Scales and zeros are
+    bf16, the only dtype torch's CPU kernel vectorizes (fp32 ran 15x slower): the file's fp16
+    scales lose their last 3 bits, a relative change under 0.4%.
+
+    `q` keeps the levels in a plain layout (two per byte, even column in the low nibble), for
+    the weight cache, embedding lookups and dequantization; torch's own packing, which may
+    differ by CPU, is made once, at first use."""
+    q: torch.Tensor  # uint8 [out, in / 2]
+    scale: torch.Tensor  # bf16 [out, in / GROUP]
+    zero: torch.Tensor  # bf16 [out, in / GROUP]
+    _packed: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_levels(cls, levels: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> Int4Weight:
+        """levels: integers 0..15 [out, in]."""
+        levels = levels.to(torch.uint8)
+        return cls((levels[:, 0::2] | (levels[:, 1::2] << 4)).contiguous(),
+                   scale.to(torch.bfloat16).contiguous(), zero.to(torch.bfloat16).contiguous())
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor) -> Int4Weight:
+        """Round a float matrix to 4 bits per weight, min to max in each group (as Q4_1)."""
+        groups = w.float().reshape(w.shape[0], -1, GROUP)
+        low, high = groups.amin(-1), groups.amax(-1)
+        scale = ((high - low) / 15).clamp(min=1e-8)
+        levels = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15)
+        return cls.from_levels(levels.reshape(w.shape), scale, low + 8 * scale)
+
+    def levels(self, rows: torch.Tensor | slice = slice(None)) -> torch.Tensor:
+        q = self.q[rows]
+        return torch.stack([q & 15, q >> 4], dim=-1).reshape(q.shape[0], -1)
+
+    @classmethod
+    def cat(cls, parts: list[Int4Weight]) -> Int4Weight:
+        return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "scale", "zero")))
+
+    def select(self, rows: torch.Tensor) -> Int4Weight:
+        return Int4Weight(self.q[rows].contiguous(), self.scale[rows].contiguous(), self.zero[rows].contiguous())
+
+    def prefix(self, rows: int) -> Int4Weight:
+        return Int4Weight(self.q[:rows], self.scale[:rows], self.zero[:rows])  # views, not copies
+
+    def _rows(self, rows: torch.Tensor | slice, dtype: torch.dtype) -> torch.Tensor:
+        level = self.levels(rows).float().view(-1, self.scale.shape[1], GROUP) - 8
+        w = level * self.scale[rows, :, None].float() + self.zero[rows, :, None].float()
+        return w.view(level.shape[0], -1).to(dtype)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._rows(ids, torch.bfloat16)
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        return self._rows(slice(None), dtype)
+
+    def packed(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """torch's packed levels and [in / GROUP, out, 2] scales and zeros, made once."""
+        if self._packed is None:  # the kernel takes rows in multiples of 16: pad with zeros
+            pad = -self.q.shape[0] % 16
+            levels = F.pad(self.levels().int(), (0, 0, 0, pad))
+            scales_zeros = torch.stack([self.scale.t(), self.zero.t()], dim=-1)
+            self._packed = (torch._convert_weight_to_int4pack_for_cpu(levels, 1),
+                            F.pad(scales_zeros, (0, 0, 0, pad)).contiguous())
+        return self._packed
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.q.shape[0], self.q.shape[1] * 2))
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.numel() + (self.scale.numel() + self.zero.numel()) * 2
+
+
+Weight = torch.Tensor | Int8Weight | Int4Weight
+QUANTIZED = (Int8Weight, Int4Weight)
+
+QUANT = ("int8", "int4")  # the weight-only formats (activations bf16)
+
+
+def to_format(w: Weight, quant: str | None, dtype: torch.dtype, lookup: bool = False) -> Weight:
+    """A matrix in the model's format. A quantized one stays as the file holds it. A float
+    one becomes int8, or 4-bit groups for int4 except where rows are looked up (`lookup`:
+    the embedding and an untied head, kept int8 for the logits' precision, as llama.cpp's
+    Q4_K_M keeps its head in 6 bits), else `dtype`."""
+    if isinstance(w, QUANTIZED):
+        return w
+    if quant == "int8" or (quant == "int4" and lookup):
+        return Int8Weight.quantize(w)
+    if quant == "int4":
+        return Int4Weight.quantize(w)
+    return w.to(dtype).contiguous()
+
+
+def fuse(parts: list[Weight]) -> Weight:
+    """Matrices stacked by rows (Q/K/V, gate/up), in one format: parts of mixed formats
+    (a Q4_K_M file keeps some V and down matrices in 6 bits) all become int8."""
+    kinds = {type(p) for p in parts}
+    if len(kinds) > 1:
+        parts = [p if isinstance(p, Int8Weight) else Int8Weight.quantize(as_dtype(p, torch.float32))
+                 for p in parts]
+    kind = type(parts[0])
+    return kind.cat(parts) if kind in QUANTIZED else torch.cat(parts)
+
 
 # A prefill kernel: "native" multiplies by the stored weights; "fp32" and "bf16" compute in
 # that dtype (a resident copy, or one dequantized for each pass).
@@ -64,10 +176,11 @@ PREFILL_KERNELS = ("native", "fp32", "bf16")
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def prefill_candidates(native: torch.dtype, int8: bool) -> tuple[str, ...]:
-    """The kernels worth timing for a model stored in `native` (int8 when `int8`): never a
-    lower precision than the model's own (an fp32 model is the exact mode of the tests)."""
-    if int8:
+def prefill_candidates(native: torch.dtype, quantized: bool) -> tuple[str, ...]:
+    """The kernels worth timing for a model stored in `native` (int8 or int4 matrices when
+    `quantized`): never a lower precision than the model's own (an fp32 model is the exact
+    mode of the tests)."""
+    if quantized:
         return PREFILL_KERNELS
     if native == torch.bfloat16:
         return ("native", "fp32")
@@ -82,6 +195,14 @@ def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None,
            dequantize: bool = False) -> torch.Tensor:
     """x @ w.T (+ bias), computed in x's dtype. Int8 weights use torch's weight-only int8
     kernel, or with `dequantize` a copy dequantized to x's dtype for this one product."""
+    if isinstance(w, Int4Weight):
+        if dequantize:
+            return F.linear(x, w.dequantize(x.dtype), None if bias is None else bias.to(x.dtype))
+        packed, scales_zeros = w.packed()
+        y = torch._weight_int4pack_mm_for_cpu(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), packed,
+                                              GROUP, scales_zeros)
+        y = y[:, :w.shape[0]].to(x.dtype).view(*x.shape[:-1], -1)
+        return y if bias is None else y + bias
     if isinstance(w, Int8Weight):
         if dequantize:  # the per-row scale applies to the output: fewer products than to w
             y = F.linear(x, w.q.to(x.dtype)) * w.scale.to(x.dtype)
@@ -96,8 +217,8 @@ def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None,
 
 
 def as_dtype(w: Weight, dtype: torch.dtype) -> torch.Tensor:
-    return w.dequantize(dtype) if isinstance(w, Int8Weight) else w.to(dtype)
+    return w.dequantize(dtype) if isinstance(w, QUANTIZED) else w.to(dtype)
 
 
 def weight_nbytes(w: Weight) -> int:
-    return w.nbytes if isinstance(w, Int8Weight) else w.numel() * w.element_size()
+    return w.nbytes if isinstance(w, QUANTIZED) else w.numel() * w.element_size()

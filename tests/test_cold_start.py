@@ -29,7 +29,7 @@ def private_cache(tmp_path, monkeypatch):
 
 def int8_model() -> TorchLlama:
     return TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16,
-                      max_len=256, int8=True)
+                      max_len=256, quant="int8")
 
 
 def next_logits(model: TorchLlama, kernel: str, prompt: list[int], copy: bool = True) -> torch.Tensor:
@@ -92,7 +92,7 @@ def test_converted_weights_round_trip_and_key_on_content(tmp_path):
     model_file.write_bytes(bytes(range(256)) * 4096)
     weights = random_weights(1, vocab=64, hidden=64, layers=1)
     converted = weight_cache.convert(dataclasses.replace(weights, tensors=dict(weights.tensors)),
-                                     torch.bfloat16, int8=True)
+                                     torch.bfloat16, "int8")
     weight_cache.save(converted, model_file, "int8")
     loaded = weight_cache.load(model_file, "int8")
     assert loaded.config == weights.config

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from engine.architectures import FAMILIES
 from engine.backends.base import Backend
 from engine.errors import EngineError
-from engine.kernels import Int8Weight, Weight, as_dtype, compute_dtype, linear, weight_nbytes
+from engine.kernels import QUANTIZED, Weight, as_dtype, compute_dtype, fuse, linear, to_format, weight_nbytes
 from engine.rope import rope_tables
 from engine.weights import LlamaConfig, LoadedWeights
 
@@ -85,19 +85,19 @@ class TorchLlama(Backend):
 
     def __init__(self, weights: LoadedWeights, dtype: torch.dtype = torch.bfloat16,
                  max_len: int = 4096, device: str = "cpu", head_rows: torch.Tensor | None = None,
-                 int8: bool = False):
+                 quant: str | None = None):
         """head_rows: keep only these rows of the output head (a draft model's reduced
-        vocabulary); the logits of every other token are -inf. int8: weight-only int8
-        matrices with bf16 activations (CPU only)."""
+        vocabulary); the logits of every other token are -inf. quant: "int8" or "int4"
+        weight-only matrices with bf16 activations (CPU only; engine/kernels.py)."""
         super().__init__()
         c: LlamaConfig = weights.config
         t = weights.tensors
         self.config = c
-        self.int8 = int8
-        self.dtype = torch.bfloat16 if int8 else dtype
+        self.quant = quant
+        self.dtype = torch.bfloat16 if quant else dtype
         self.device = torch.device(device)
-        if int8 and self.device.type != "cpu":
-            raise EngineError("int8 weights are a CPU mode; use bf16 or fp16 on a GPU")
+        if quant and self.device.type != "cpu":
+            raise EngineError(f"{quant} weights are a CPU mode; use bf16 or fp16 on a GPU")
         self.family = FAMILIES[c.family]
         self.vocab_size = c.vocab_size
         # Within a sliding window every position sees all earlier ones, so capping the context
@@ -114,20 +114,19 @@ class TorchLlama(Backend):
         self.features: torch.Tensor | None = None
 
         def cast(w: Weight) -> Weight:
-            return w if isinstance(w, Int8Weight) else w.to(device=self.device, dtype=self.dtype).contiguous()
+            return w if isinstance(w, QUANTIZED) else w.to(device=self.device, dtype=self.dtype).contiguous()
 
-        def matrix(w: Weight) -> Weight:
-            return Int8Weight.quantize(w) if int8 and not isinstance(w, Int8Weight) else cast(w)
+        def matrix(w: Weight, lookup: bool = False) -> Weight:
+            return cast(to_format(w, quant, self.dtype, lookup))
 
         def fused(*parts: Weight) -> Weight:
-            parts = [matrix(w) for w in parts]
-            return Int8Weight.cat(parts) if int8 else torch.cat(parts)
+            return fuse([matrix(w) for w in parts])
 
-        self.embed = matrix(t["embed"])
-        self.head = self.embed if c.tie_embeddings else matrix(t["lm_head"])
+        self.embed = matrix(t["embed"], lookup=True)
+        self.head = self.embed if c.tie_embeddings else matrix(t["lm_head"], lookup=True)
         self.head_rows = None if head_rows is None else head_rows.to(self.device)
         if self.head_rows is not None:
-            self.head = (self.head.select(self.head_rows) if isinstance(self.head, Int8Weight)
+            self.head = (self.head.select(self.head_rows) if isinstance(self.head, QUANTIZED)
                          else self.head[self.head_rows].contiguous())
 
         def optional(name: str) -> torch.Tensor | None:
@@ -190,7 +189,7 @@ class TorchLlama(Backend):
         return self.forward_hidden(self.embed_tokens(ids), tokens, parents, logits)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.embed.embed(ids) if isinstance(self.embed, Int8Weight) else self.embed[ids]
+        return self.embed.embed(ids) if isinstance(self.embed, QUANTIZED) else self.embed[ids]
 
     @torch.inference_mode()
     def forward_hidden(self, x: torch.Tensor, tokens: Sequence[int],
@@ -297,8 +296,7 @@ class TorchLlama(Backend):
         width = width or self.vocab_size
         keep = min(real, width)
         if keep < self.vocab_size:  # keep a prefix of the rows: a view, not a copy
-            self.head = (Int8Weight(self.head.q[:keep], self.head.scale[:keep])
-                         if isinstance(self.head, Int8Weight) else self.head[:keep])
+            self.head = self.head.prefix(keep) if isinstance(self.head, QUANTIZED) else self.head[:keep]
         self.vocab_size = width
 
     def head_logits(self, features: torch.Tensor) -> torch.Tensor:

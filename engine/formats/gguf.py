@@ -14,15 +14,21 @@ import torch
 from engine.architectures import FAMILIES, GGUF_ARCHITECTURES
 from engine.errors import ModelLoadError
 from engine.formats.gguf_header import Header, TensorInfo, read_header
+from engine.formats.gguf_int4 import FOUR_BIT, read_int4
+from engine.kernels import QUANTIZED, Int8Weight, Weight
 from engine.rope import RopeScaling
 from engine.weights import LazyTensors, LlamaConfig, LoadedWeights, plan_tensors
 
 _ROPE_FREQS = "rope_freqs.weight"  # llama3 rope scaling: per-frequency divisors
 _CHUNK_ELEMENTS = 1 << 24  # dequantize this many weights at a time
 _PERMUTED = (".wq", ".wk", ".bq", ".bk")
+_FLOAT_TYPES = (0, 1, 30)  # ggml F32, F16, BF16
 
 
-def open_gguf(path: Path) -> LoadedWeights:
+def open_gguf(path: Path, four_bit: bool = False) -> LoadedWeights:
+    """The file's tensors, read lazily as float; with `four_bit`, its Q4_0/Q4_1/Q4_K matrices
+    as Int4Weight and its other quantized matrices as Int8Weight (more than 4 bits each: int8
+    keeps nearly all of them)."""
     header = read_header(path)
     config = _config(header, path)
     shapes = {name: t.shape for name, t in header.tensors.items()}
@@ -30,10 +36,18 @@ def open_gguf(path: Path) -> LoadedWeights:
     _check_types(path, [header.tensors[name] for name in plan.values()])
     permuted = FAMILIES[config.family].gguf_permuted_qk
 
-    def read(canonical: str) -> torch.Tensor:
-        w = _read_tensor(path, header.tensors[plan[canonical]])
+    def read(canonical: str) -> Weight:
+        info = header.tensors[plan[canonical]]
+        if four_bit and info.ggml_type in FOUR_BIT:
+            w = read_int4(path, info)
+        else:
+            w = _read_tensor(path, info)
+            if four_bit and len(info.shape) == 2 and info.ggml_type not in _FLOAT_TYPES:
+                w = Int8Weight.quantize(w)
         if permuted and canonical.endswith(_PERMUTED):
-            w = _unpermute_rotary(w, config.n_heads if canonical.endswith((".wq", ".bq")) else config.n_kv_heads)
+            heads = config.n_heads if canonical.endswith((".wq", ".bq")) else config.n_kv_heads
+            order = _unpermute_rotary(torch.arange(info.shape[0]), heads)
+            w = w.select(order) if isinstance(w, QUANTIZED) else w[order]
         return w
 
     return LoadedWeights(config, LazyTensors(list(plan), read), path)
