@@ -3,10 +3,13 @@
 - Prefill kernel: the torch backend can run prefill passes in its stored format or in fp32 or
   bf16 (engine/kernels.py). Which is fastest differs 5-10x between CPUs of the same family,
   so each candidate is timed on two layers.
-- Pass costs by width and thread count: decoding chooses draft lengths from them
+- Pass costs by width, thread count and kernel: decoding chooses draft lengths from them
   (engine/draft_length.py). On a small CPU a one-token pass is fastest on one thread (two
   threads spend more on synchronising the small matmuls than they save), while a 9-token
   pass is fastest on all cores; so the torch backend switches its thread count per width.
+  Likewise the kernel: a one-token pass is fastest in the stored int8/int4 format (fewest
+  bytes), while torch's int8 and int4 kernels cost ~3x more at 13 tokens, where the prefill
+  kernel's resident bf16 copy may be faster.
 
 Measuring takes a few seconds, so the result is kept per machine, model and dtype in the
 user's cache directory; later starts only warm the pass shapes up.
@@ -14,6 +17,7 @@ user's cache directory; later starts only warm the pass shapes up.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import time
@@ -27,7 +31,7 @@ from engine.user_cache import cache_dir, write_atomically
 
 log = logging.getLogger("draftline")
 
-FORMAT = 1  # bump when what is measured changes
+FORMAT = 2  # bump when what is measured changes
 _CONTEXT = 256  # cache length the pass costs are measured at
 
 
@@ -37,13 +41,18 @@ class Calibration:
     prefill_tokens_per_s: float  # a real prefill (of _CONTEXT tokens) with the chosen kernel
     prefill_kernel: str = "native"
     kernel_tokens_per_s: dict[str, float] = field(default_factory=dict)  # each candidate's rate
-    prefill_copy: bool = False  # the chosen kernel's matrices are a resident copy
+    prefill_copy: bool = False  # a resident copy of the matrices (in copy_kernel's dtype) is kept
+    copy_kernel: str | None = None  # for prefill or for wide decoding passes
     threads_by_width: list[int] | None = None
+    kernel_by_width: list[str] | None = None  # "native", or the prefill copy's kernel
 
     def apply(self, backend: Backend) -> None:
         if hasattr(backend, "use_prefill_kernel"):
+            if self.copy_kernel:
+                backend.use_prefill_kernel(self.copy_kernel)
             backend.use_prefill_kernel(self.prefill_kernel)
             backend.threads_by_width = self.threads_by_width
+            backend.kernel_by_width = self.kernel_by_width
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -100,24 +109,39 @@ def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
         backend.truncate(0)
         cal.kernel_tokens_per_s = time_prefill_kernels(
             backend, prefill_candidates(backend.dtype, backend.quant is not None))
-        cal.prefill_kernel = max(cal.kernel_tokens_per_s, key=cal.kernel_tokens_per_s.get)
-        cal.prefill_copy = backend.use_prefill_kernel(cal.prefill_kernel)
+        rates = cal.kernel_tokens_per_s
+        cal.prefill_kernel = max(rates, key=rates.get)
+        # The fastest copy is worth keeping even where prefill runs natively: wide decoding
+        # passes may use it (measured below).
+        copy = max((k for k in rates if k != "native"), key=rates.get, default=None)
+        cal.prefill_copy = copy is not None and backend.use_prefill_kernel(copy)
+        cal.copy_kernel = copy if cal.prefill_copy else None
+        backend.use_prefill_kernel(cal.prefill_kernel)
     backend.truncate(0)
     context = min(_CONTEXT, backend.max_len)
     cal.prefill_tokens_per_s = context / _median_time(
         lambda: (backend.truncate(0), backend.forward([0] * context, logits=False)), 1)
-    if not hasattr(backend, "threads_by_width") or max_threads <= 1:
+    if not hasattr(backend, "threads_by_width"):
         cal.pass_cost = measure_pass_costs(backend, max_width)
         return cal
-    by_threads = {}
-    for threads in sorted({1, max_threads}):
+    # Each width gets the fastest measured (threads, kernel): one-token passes are bound by
+    # the bytes of the weights (the stored format), wide ones by arithmetic (where a resident
+    # bf16 or fp32 copy can win).
+    kernels = ("native", cal.copy_kernel) if cal.copy_kernel else ("native",)
+    costs = {}
+    for threads, kernel in itertools.product(sorted({1, max_threads}), kernels):
         torch.set_num_threads(threads)
         backend.threads_by_width = [threads] * (max_width + 1) + [max_threads]
-        by_threads[threads] = measure_pass_costs(backend, max_width)
+        backend.kernel_by_width = [kernel] * (max_width + 1)
+        costs[threads, kernel] = measure_pass_costs(backend, max_width)
+    best = [min(costs, key=lambda choice: costs[choice][w]) for w in range(max_width + 1)]
     # Prefill chunks (wider than any decoding pass) run on all cores.
-    cal.threads_by_width = [min(by_threads, key=lambda t: by_threads[t][w]) for w in range(max_width + 1)]
-    cal.threads_by_width.append(max_threads)
-    cal.pass_cost = [by_threads[cal.threads_by_width[w]][w] for w in range(max_width + 1)]
+    cal.threads_by_width = [threads for threads, _ in best] + [max_threads]
+    cal.kernel_by_width = [kernel for _, kernel in best]
+    cal.pass_cost = [costs[choice][w] for w, choice in enumerate(best)]
+    if cal.copy_kernel not in cal.kernel_by_width + [cal.prefill_kernel]:  # unused: free it
+        cal.copy_kernel, cal.prefill_copy = None, False
+        backend.drop_copy()
     cal.apply(backend)
     return cal
 

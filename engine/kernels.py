@@ -1,13 +1,16 @@
 """How the torch backend multiplies by its weight matrices.
 
-Weights are stored in the model's own format: weight-only int8, bf16 or fp32. A pass that
-decodes (one token, or a draft to verify) always uses that format, so every such pass rounds
-alike and speculative output equals plain decoding. A prefill pass returns no logits; it may
-instead compute in fp32 or bf16, by a resident copy of the layers' matrices in that dtype when
-the copy fits a memory budget, else by dequantizing each matrix for the pass. Which is fastest
-depends on the CPU: without AVX-512-BF16 or AMX a bf16 GEMM is ~5x slower than fp32, with them
-~2x faster; and torch's int8 kernel is built for one-token passes. So the engine measures the
-candidates at load (engine/calibrate.py) instead of assuming.
+Weights are stored in the model's own format: weight-only int8 or int4 (a GGUF's 4-bit blocks
+as they are), bf16 or fp32. A one-token decoding pass uses that format: it is bound by the
+bytes it reads. Wider passes are bound by arithmetic, where torch's int8 and int4 kernels
+cost ~3x more at 13 tokens than at one; a prefill pass (no logits) or a wide decoding pass may
+instead compute in fp32 or bf16, through a resident copy of the matrices in that dtype when
+it fits a memory budget (prefill without one dequantizes each matrix per pass). Which is
+fastest depends on the CPU: without AVX-512-BF16 or AMX a bf16 GEMM is ~5x slower than fp32,
+with them ~2x faster. So the engine measures the candidates at load (engine/calibrate.py),
+per pass width, instead of assuming. Each kernel computes every row of a pass on its own, so
+one-token passes round alike whatever their neighbours; a wide pass in another kernel than
+the one-token passes rounds differently (see docs/bench.md on identical_to_ar).
 """
 from __future__ import annotations
 

@@ -71,6 +71,30 @@ def test_the_fastest_measured_kernel_is_chosen(monkeypatch):
     assert len(cal.pass_cost) == 5 and cal.prefill_tokens_per_s > 0
 
 
+def test_wide_decoding_passes_use_the_copy_where_it_measured_faster(monkeypatch):
+    """torch's int8 kernel costs ~3x more at 13 tokens than at one; the resident bf16 copy
+    does not. Each width gets the kernel measured fastest for it, and a wide pass through
+    the copy computes the same logits up to rounding."""
+    model, prompt = int8_model(), [(5 * i) % 64 for i in range(30)]
+    model.forward(prompt, logits=False)
+    want = model.forward(prompt[-4:])
+    monkeypatch.setattr(model, "time_prefill", lambda width: {"native": 2, "fp32": 3, "bf16": 1}[model.prefill_kernel])
+
+    def costs(backend, max_width, repeats=3):  # native: 1 + w; the copy: 2.5 + w / 4
+        native = backend.kernel_by_width[1] == "native"
+        return [0.0] + [(1 + w if native else 2.5 + w / 4) for w in range(1, max_width + 1)]
+
+    monkeypatch.setattr(calibrate, "measure_pass_costs", costs)
+    cal = calibrate.measure(model, max_width=4, max_threads=1)
+    assert cal.copy_kernel == "bf16" and cal.kernel_by_width == ["native", "native", "native", "bf16", "bf16"]
+    assert cal.pass_cost[1:] == [2, 3, 3.25, 3.5] and model.kernel_by_width == cal.kernel_by_width
+    model.truncate(0)  # measuring used the cache
+    model.forward(prompt, logits=False)
+    got = model.forward(prompt[-4:])  # 4 tokens: through the copy
+    assert not torch.equal(got, want)
+    assert torch.allclose(got, want, atol=0.05 * float(want.abs().max()))
+
+
 def test_calibration_is_kept_and_a_corrupt_file_is_measured_again(monkeypatch, tmp_path):
     model = int8_model()
     first = calibrate.load_or_measure(model, 4, 1, "key")

@@ -103,12 +103,18 @@ class TorchLlama(Backend):
         # Within a sliding window every position sees all earlier ones, so capping the context
         # at the window computes exactly what the windowed model does.
         self.max_len = min(max_len, c.max_position, c.sliding_window or max_len)
-        # torch threads for a pass of n tokens: threads_by_width[min(n, last)] (engine/calibrate.py)
+        # torch threads, and the kernel, for a decoding pass of n tokens: the entry at
+        # min(n, last) (engine/calibrate.py measures them). Kernels other than "native" use
+        # the prefill kernel's resident copy: wide passes may be faster there.
         self.threads_by_width: list[int] | None = None
+        self.kernel_by_width: list[str] | None = None
         # How passes without logits (prefill) multiply: engine/kernels.py, chosen at load
-        # (use_prefill_kernel), with the layers' matrices copied to its dtype if they fit.
+        # (use_prefill_kernel). A non-native kernel uses a resident copy of the matrices in
+        # its dtype when it fits (copy_kernel names it), else dequantizes them per pass.
         self.prefill_kernel = "native"
-        self._prefill_layers: list[_Layer] | None = None
+        self.copy_kernel: str | None = None
+        self._copy_layers: list[_Layer] | None = None
+        self._copy_head: torch.Tensor | None = None
         # The final normed hidden state of every cached position, once `record_features` is
         # called: a feature-conditioned draft (engine/drafters/feature_draft.py) reads them.
         self.features: torch.Tensor | None = None
@@ -203,7 +209,9 @@ class TorchLlama(Backend):
             raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
         if self.threads_by_width:
             torch.set_num_threads(self.threads_by_width[min(n, len(self.threads_by_width) - 1)])
-        kernel = "native" if logits else self.prefill_kernel
+        kernel = self.prefill_kernel
+        if logits:
+            kernel = self.kernel_by_width[min(n, len(self.kernel_by_width) - 1)] if self.kernel_by_width else "native"
         x = self._layers(x, start, parents, len(self.layers), kernel)
         self.tokens.extend(tokens)
         if not logits and self.features is None:
@@ -211,25 +219,35 @@ class TorchLlama(Backend):
         x = norm(x, self.norm, self.norm_bias, self.config.rms_eps, self.family.norm).to(self.dtype)
         if self.features is not None:
             self.features[start:start + n] = x
-        return self.head_logits(x) if logits else None
+        return self.head_logits(x, kernel) if logits else None
 
     def use_prefill_kernel(self, kernel: str, allow_copy: bool = True) -> bool:
         """Prefill with `kernel` from now on; returns whether its matrices are a resident copy
-        (when it fits: at most twice the stored weights, and a quarter of the machine's memory;
-        a 7B model gets no fp32 copy) rather than dequantized for each pass."""
-        self.prefill_kernel, self._prefill_layers = kernel, None
+        (made now if needed and it fits: at most twice the stored weights, and a quarter of
+        the machine's memory; a 7B model gets no fp32 copy) rather than dequantized for each
+        pass. "native" keeps any copy: wide decoding passes may use it (kernel_by_width)."""
+        self.prefill_kernel = kernel
         if kernel == "native":
             return False
+        if kernel == self.copy_kernel and allow_copy:
+            return True
+        self.drop_copy()
         dtype = compute_dtype(kernel, self.dtype)
         matrices = ("wqkv", "wo", "w_gate_up", "w_down")
-        size = sum(getattr(layer, m).shape.numel() for layer in self.layers for m in matrices) * dtype.itemsize
+        size = (self.head.shape.numel() + sum(getattr(layer, m).shape.numel() for layer in self.layers
+                                              for m in matrices)) * dtype.itemsize
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         if not allow_copy or size > min(2 * self.weight_bytes, memory // 4):
             return False
-        self._prefill_layers = [dataclasses.replace(layer, **{m: as_dtype(getattr(layer, m), dtype)
-                                                              for m in matrices})
-                                for layer in self.layers]
+        self._copy_layers = [dataclasses.replace(layer, **{m: as_dtype(getattr(layer, m), dtype)
+                                                           for m in matrices})
+                             for layer in self.layers]
+        self._copy_head = as_dtype(self.head, dtype)  # for wide decoding passes
+        self.copy_kernel = kernel
         return True
+
+    def drop_copy(self) -> None:
+        self.copy_kernel, self._copy_layers, self._copy_head = None, None, None
 
     @torch.inference_mode()
     def time_prefill(self, width: int, layers: int = 2) -> float:
@@ -257,7 +275,7 @@ class TorchLlama(Backend):
         mask = None if n == 1 else torch.cat(
             [torch.ones(n, start, dtype=torch.bool, device=dev), local], dim=1)
         dtype = compute_dtype(kernel, self.dtype)
-        layers = self._prefill_layers if kernel != "native" and self._prefill_layers else self.layers
+        layers = self._copy_layers if kernel == self.copy_kernel else self.layers
         dequantize = kernel != "native" and layers is self.layers
         x = x.to(dtype)
         cos, sin = self.cos[pos].to(dtype), self.sin[pos].to(dtype)
@@ -297,11 +315,16 @@ class TorchLlama(Backend):
         keep = min(real, width)
         if keep < self.vocab_size:  # keep a prefix of the rows: a view, not a copy
             self.head = self.head.prefix(keep) if isinstance(self.head, QUANTIZED) else self.head[:keep]
+            if self._copy_head is not None:
+                self._copy_head = self._copy_head[:keep]
         self.vocab_size = width
 
-    def head_logits(self, features: torch.Tensor) -> torch.Tensor:
+    def head_logits(self, features: torch.Tensor, kernel: str = "native") -> torch.Tensor:
         """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""
-        out = linear(features, self.head).float()
+        if kernel == self.copy_kernel:
+            out = linear(features.to(self._copy_head.dtype), self._copy_head).float()
+        else:
+            out = linear(features, self.head).float()
         if self.head_rows is None:
             missing = self.vocab_size - out.shape[-1]  # rows dropped by limit_vocab
             return F.pad(out, (0, missing), value=float("-inf")) if missing else out
