@@ -62,7 +62,7 @@ class Engine:
     def load(cls, model: str = EMBEDDED, draft: str | None = None, dtype: str | None = None,
              backend: str = "auto", threads: int | None = None, max_len: int = 4096) -> Engine:
         max_threads = set_threads(threads)
-        dtype = resolve_dtype(dtype)
+        dtype = resolve_dtype(dtype, model)
         target, tokenizer = load_model(model, dtype, backend, max_len)
         drafter = _load_drafter(draft, target, tokenizer, dtype, max_len)
         calibration = load_or_measure(target, cls.K_MAX + 1, max_threads,

@@ -42,23 +42,34 @@ def resolve(spec: str | Path) -> Path:
     return embedded_target_path() if str(spec) == EMBEDDED else Path(spec).expanduser()
 
 
-def default_dtype(device: str = "cpu") -> str:
-    """The fastest dtype measured for the device.
+def default_dtype(device: str = "cpu", path: Path | None = None) -> str:
+    """The fastest dtype measured for the device (docs/bench.md).
 
-    On a CPU, int8 weights: one-token passes are memory-bound and read half the bytes of bf16
-    (33 vs 60 ms per token for the embedded model here), at 1.016 vs 1.014 bits/byte; and its
-    matmul kernel rounds the same for any pass width, so lookup output matched plain greedy
-    output on every benchmark task (bf16: 85-90%; the token-tree hybrid: 39 of 40 in int8)."""
+    On a CPU: a GGUF whose layers are stored in 4 bits (Q4_0, Q4_1, Q4_K) is computed in them
+    (int4): a one-token pass reads the fewest bytes, 26 vs 33 ms for the embedded model here,
+    and the model is the file's own rather than a re-quantized copy. Anything else is int8:
+    one-token passes read half the bytes of bf16 (1.016 vs 1.014 bits/byte). Both kernels
+    compute each row of a pass on its own, so lookup output matches plain greedy output."""
     if device == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if path is not None and path.suffix == ".gguf" and path.is_file():
+        from engine.formats.gguf import stored_in_4_bits
+
+        try:
+            return "int4" if stored_in_4_bits(path) else "int8"
+        except ModelLoadError:
+            return "int8"  # loading it will say what is wrong
     return "int8"
 
 
-def resolve_dtype(dtype: str | None) -> str:
+def resolve_dtype(dtype: str | None, model: str | Path | None = None) -> str:
     """The one place a missing dtype becomes a concrete one, for every command."""
     if dtype is not None and dtype not in DTYPES:
         raise ModelLoadError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
-    return dtype or default_dtype("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype is not None:
+        return dtype
+    return default_dtype("cuda" if torch.cuda.is_available() else "cpu",
+                         None if model is None else resolve(model))
 
 
 def choose_backend(requested: str, path: Path) -> str:
@@ -88,7 +99,7 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
 
         return load_exllamav2(path, max_len=max_len)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = resolve_dtype(dtype)
+    dtype = resolve_dtype(dtype, path)
     from engine.backends.torch_llama import TorchLlama
 
     tokenizer = load_tokenizer(path)  # first: an unsupported vocabulary fails before any tensor is read

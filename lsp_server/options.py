@@ -63,9 +63,11 @@ OPTIONS: tuple[Option, ...] = (
     # on the embedded model's features) or a path; null for none.
     Option("draft", str, None, "draft model sharing the target's tokenizer: embedded or a path",
            nullable=True, flag=True, reloads=True),
-    # Weights format; null picks the fastest measured for the device (int8 on a CPU, bf16 or
-    # fp16 on a GPU). fp32 is the exact mode the tests use.
-    Option("dtype", str, None, "weights: int8, bf16, fp16, fp32 (null: int8 on a CPU, bf16/fp16 on a GPU)",
+    # Weights format; null picks the fastest measured for the device: on a CPU int4 for a
+    # GGUF stored in 4 bits (computed in the file's own blocks), else int8; bf16 or fp16 on
+    # a GPU. fp32 is the exact mode the tests use.
+    Option("dtype", str, None, "weights: int4, int8, bf16, fp16, fp32 (null: on a CPU int4 for a 4-bit GGUF, "
+           "else int8; bf16/fp16 on a GPU)",
            choices=(None, *sorted(DTYPES)), nullable=True, flag=True, reloads=True),
     # Where the target runs: torch (CPU or CUDA) or ExLlamaV2 (NVIDIA GPUs); auto picks.
     Option("backend", str, "auto", "model backend: auto, torch or exllamav2", choices=BACKENDS, flag=True, reloads=True),

@@ -271,10 +271,14 @@ class TorchLlama(Backend):
         else:
             pos = start + torch.tensor(tree_depths(parents), device=dev)
             local = tree_mask(parents).to(dev)
-        # One-token passes need no mask; the multi-token mask sees all of the cache.
-        mask = None if n == 1 else torch.cat(
-            [torch.ones(n, start, dtype=torch.bool, device=dev), local], dim=1)
         dtype = compute_dtype(kernel, self.dtype)
+        # The mask as a bias added to the attention scores (0 or -inf), made once per pass;
+        # it sees all of the cache, and one-token passes get an all-zero one, so that every
+        # pass computes its scores alike.
+        mask = torch.cat([torch.ones(n, start, dtype=torch.bool, device=dev), local], dim=1)
+        group = c.n_heads // c.n_kv_heads
+        bias = torch.zeros(n, start + n, dtype=dtype, device=dev).masked_fill_(~mask, float("-inf"))
+        bias = bias.expand(group, n, start + n).reshape(1, group * n, start + n)
         layers = self._copy_layers if kernel == self.copy_kernel else self.layers
         dequantize = kernel != "native" and layers is self.layers
         x = x.to(dtype)
@@ -293,7 +297,7 @@ class TorchLlama(Backend):
             self.k_cache[i, :, start:end] = k * cos + _rotate_half(k) * sin
             self.v_cache[i, :, start:end] = v.view(n, nkv, hd).transpose(0, 1)
             attn = self._attention(q, self.k_cache[i, :, :end].to(dtype),
-                                   self.v_cache[i, :, :end].to(dtype), mask)
+                                   self.v_cache[i, :, :end].to(dtype), bias)
             x = x + linear(attn, layer.wo, layer.bo, dequantize)
             h = norm(x, layer.ffn_norm, layer.ffn_norm_bias, eps, kind)
             x = x + linear(self._mlp_hidden(h, layer, dequantize), layer.w_down, layer.b_down, dequantize)
@@ -333,17 +337,17 @@ class TorchLlama(Backend):
         return full
 
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   mask: torch.Tensor | None) -> torch.Tensor:
+                   bias: torch.Tensor) -> torch.Tensor:
         """Grouped-query attention as two batched matmuls over the KV heads, with no copies of
-        K/V per query head. (torch's CPU SDPA kernel was a quarter of a one-token pass.)
-        q: [heads, n, d]; k, v: [kv_heads, len, d]; returns [n, heads * d]."""
+        K/V per query head; scaling and masking happen inside the first (baddbmm). (torch's CPU
+        SDPA kernel was a quarter of a one-token pass, and slower in bf16.)
+        q: [heads, n, d]; k, v: [kv_heads, len, d]; bias: [1, heads / kv_heads * n, len];
+        returns [n, heads * d]."""
         nh, n, hd = q.shape
         nkv = k.shape[0]
         q = q.reshape(nkv, nh // nkv * n, hd)  # the query heads sharing a KV head, stacked
-        scores = (q @ k.transpose(1, 2)).float() * hd ** -0.5
-        if mask is not None:
-            scores = scores.view(nkv, nh // nkv, n, -1).masked_fill(~mask, float("-inf"))
-        probs = scores.softmax(-1).to(v.dtype).view(nkv, nh // nkv * n, -1)
+        scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=hd ** -0.5)
+        probs = scores.float().softmax(-1).to(v.dtype)
         return (probs @ v).view(nh, n, hd).transpose(0, 1).reshape(n, nh * hd)
 
     def truncate(self, n: int) -> None:

@@ -53,6 +53,13 @@ def open_gguf(path: Path, four_bit: bool = False) -> LoadedWeights:
     return LoadedWeights(config, LazyTensors(list(plan), read), path)
 
 
+def stored_in_4_bits(path: Path) -> bool:
+    """Whether most of the layers' matrices are 4-bit blocks (a Q4_0, Q4_1 or Q4_K_M file)."""
+    matrices = [t for name, t in read_header(path).tensors.items()
+                if name.startswith("blk.") and len(t.shape) == 2]
+    return sum(t.ggml_type in FOUR_BIT for t in matrices) * 2 > len(matrices)
+
+
 def _config(header: Header, path: Path) -> LlamaConfig:
     """Hyper-parameters from the metadata, or ModelLoadError for what we do not compute."""
     fields, infos = header.fields, header.tensors
