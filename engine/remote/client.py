@@ -293,7 +293,9 @@ def stream_completion(endpoint: Endpoint, body: dict, cancel: threading.Event | 
             except socket.timeout:
                 raise RemoteError(f"{url}: no data for {endpoint.read_timeout_s:g} s mid-stream "
                                   "(readTimeoutS)") from None
-            except (OSError, http.client.HTTPException, ValueError) as exc:
+            except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
+                # AttributeError: http.client reading a response whose connection another
+                # thread (the cancel watcher) has just closed.
                 if conn.closed:
                     return  # cancelled: we closed it
                 raise RemoteError(f"{url}: the stream broke off ({_reason(exc)})") from None
