@@ -98,10 +98,11 @@ class DraftlineServer(LanguageServer):
         self.status(error or self._failure or f"{s.model}{f' at {s.endpoint}' if s.endpoint else ''} ready")
 
     def failed(self, message: str) -> None:
-        """A completion failed (e.g. the remote server is down): say so once, not per keystroke."""
+        """A completion failed (e.g. the remote server is down): the status says so once, when
+        failures start, not on every keystroke; stats' state stays "error" until one succeeds."""
         log.error("completion failed: %s", message)
-        if message != self._failure:
-            self._failure = message
+        starting, self._failure = self._failure is None, message
+        if starting:
             self.status(message)
 
     def _follow(self, engine: CompletionEngine) -> None:
