@@ -188,7 +188,7 @@ async def test_a_keystroke_storm_is_all_answered_and_the_server_finishes_few(cli
     for i, ch in enumerate(typed):
         version += 1
         client.text_document_did_change(types.DidChangeTextDocumentParams(
-            types.VersionedTextDocumentIdentifier(uri, version),
+            types.VersionedTextDocumentIdentifier(version=version, uri=uri),
             [types.TextDocumentContentChangePartial(range=types.Range(
                 types.Position(4, i), types.Position(4, i)), text=ch)]))
         pending.append(asyncio.ensure_future(ask(client, uri, 4, i + 1)))
