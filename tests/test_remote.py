@@ -236,6 +236,8 @@ async def test_server_killed_mid_stream_then_restarted(client, tmp_path):
 
 async def one_clear_failure(client, uri, endpoint, expected: str, **options) -> str:
     await configure(client, endpoint=endpoint, multiline="never", **options)
+    # A new document each time: an earlier answer at the same spot would be reused (typed-through).
+    uri = open_doc(client, f"failure-{len(client.statuses)}.py", "def square(x):\n    return")
     errors = len([s for s in client.statuses if s.state == "error"])
     for _ in range(3):
         assert await asyncio.wait_for(ask(client, uri, 1, 10), 20) is None
@@ -265,7 +267,7 @@ async def test_failures_each_give_one_clear_message(client, llama, tmp_path):
                                 ("endless", "did not end after")]:
         stub = StubServer(behaviour)
         try:
-            await one_clear_failure(client, uri, stub.url, expected)
+            await one_clear_failure(client, uri, stub.url, expected, model="stub-model")
         finally:
             stub.close()
     await one_clear_failure(client, uri, f"http://127.0.0.1:{free_port()}/v1", "connection refused")
