@@ -292,3 +292,15 @@ def test_bench_measures_the_remote_path(llama, capsys, tmp_path):
 
     numbers = json.loads(report.read_text())["workloads"]["fresh"]["modes"]["remote"]
     assert numbers["completions"] == 2 and numbers["p50_ms"] > 0 and numbers["tokens_per_s"] > 0
+
+
+@needs_llama_server
+def test_cli_complete_takes_the_remote_path(llama, capsys, tmp_path):
+    from lsp_server.cli import main
+
+    source = tmp_path / "fib.py"
+    source.write_text("def fibonacci(n):\n    if n < 2:\n        return n\n    return\n")
+    assert main(["--endpoint", llama.url, "complete", str(source), "--line", "3", "--col", "10",
+                 "--model", SERVED_NAME]) == 0
+    shown = capsys.readouterr().out.rstrip("\n")
+    assert shown and shown == llama.complete(source.read_text()[:-1], 32).split("\n")[0].rstrip()
