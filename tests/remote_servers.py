@@ -116,7 +116,8 @@ class LlamaServer:
 class StubServer:
     """/v1/models lists one model; /v1/completions answers as `behaviour` says:
     "unauthorized", "error", "malformed" (an event that is not JSON), "no-text" (JSON without
-    choices[0].text), "endless" (tokens forever, max_tokens ignored), "ok" (a short stream).
+    choices[0].text), "endless" (tokens forever, max_tokens ignored), "silent" (no answer for
+    10 s, like a server still prefilling), "ok" (a short stream).
     /tokenize counts "<|fim_prefix|>"-style names as one token when `fim` is true."""
 
     def __init__(self, behaviour: str = "ok", fim: bool = False):
@@ -153,6 +154,8 @@ class StubServer:
                     return self._json(200, {"tokens": [1] if one else list(range(len(text) // 2 + 2))})
                 if stub.behaviour == "unauthorized":
                     return self._json(401, {"error": {"message": "Invalid API key"}})
+                if stub.behaviour == "silent":
+                    time.sleep(10)
                 if stub.behaviour == "error":
                     return self._json(500, {"error": {"message": "CUDA out of memory"}})
                 self.send_response(200)

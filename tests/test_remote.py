@@ -88,6 +88,24 @@ def test_without_a_tokenizer_the_servers_own_fim_tokens_are_used():
         stub.close()
 
 
+def test_a_silent_server_is_a_read_timeout_and_a_cancel_does_not_wait_for_it():
+    stub = StubServer("silent")
+    try:
+        engine = RemoteEngine.load(stub.url, read_timeout_s=0.5)
+        started = time.perf_counter()
+        with pytest.raises(RemoteError, match="did not answer within 0.5 s"):
+            engine.complete("x = ", Request(8))
+        assert time.perf_counter() - started < 2  # not retried: the server may be working
+        cancel = threading.Event()
+        threading.Timer(0.2, cancel.set).start()
+        engine = RemoteEngine.load(stub.url)  # read timeout 30 s: only the cancel ends it
+        started = time.perf_counter()
+        assert engine.complete("x = ", Request(8, cancel=cancel)).stats.stop_reason == "cancelled"
+        assert time.perf_counter() - started < 1
+    finally:
+        stub.close()
+
+
 @needs_llama_server
 def test_stop_rule_cuts_the_stream_and_the_server_stops(llama):
     engine = RemoteEngine.load(llama.url, SERVED_NAME)

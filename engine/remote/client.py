@@ -176,17 +176,21 @@ def http_error(endpoint: Endpoint, path: str, status: int, detail: str) -> Remot
 
 
 def request(endpoint: Endpoint, method: str, url: str, body: dict | None = None,
-            cancel: threading.Event | None = None) -> tuple[Connection, http.client.HTTPResponse]:
+            cancel: threading.Event | None = None, opened=None) -> tuple[Connection, http.client.HTTPResponse]:
     """Send one request; retry connection errors only. Returns the open connection and a
-    2xx response; raises RemoteError for anything else (Cancelled when `cancel` is set)."""
+    2xx response; raises RemoteError for anything else (Cancelled when `cancel` is set).
+    `opened(connection)` is called with each connection before it is used, so that another
+    thread can close it (a cancel while the server is still prefilling)."""
     path = url[len(endpoint.root):]
     for attempt in range(RETRIES + 1):
         if cancel is not None and cancel.is_set():
             raise Cancelled
         conn = Connection(endpoint, url)
+        if opened is not None:
+            opened(conn)
         try:
             resp = conn.open(method, body)
-        except (ConnectionError, socket.timeout, OSError, http.client.RemoteDisconnected) as exc:
+        except OSError as exc:  # refused, reset, unknown host, timeouts (TimeoutError is one)
             conn.close()
             if cancel is not None and cancel.is_set():
                 raise Cancelled from None
@@ -200,6 +204,11 @@ def request(endpoint: Endpoint, method: str, url: str, body: dict | None = None,
                                   f"({RETRIES + 1} attempts)") from None
             _wait_or_cancel(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)], cancel)
             continue
+        except http.client.HTTPException as exc:  # something answered, but not HTTP
+            conn.close()
+            if cancel is not None and cancel.is_set():
+                raise Cancelled from None
+            raise RemoteError(f"{endpoint.root}{path} did not answer HTTP ({type(exc).__name__})") from None
         if 200 <= resp.status < 300:
             return conn, resp
         detail = _error_detail(resp)
@@ -264,21 +273,31 @@ def stream_completion(endpoint: Endpoint, body: dict, cancel: threading.Event | 
     setting `cancel`, closes the connection at once, so the server stops generating. More than
     `max_events` events (a stream that does not end at max_tokens) is an error."""
     url = endpoint.base + "/completions"
-    conn, resp = request(endpoint, "POST", url, dict(body, stream=True), cancel)
-    done = threading.Event()
+    done, current = threading.Event(), []
 
-    def watch() -> None:  # the reader may be blocked in recv: shut the socket under it
+    def watch() -> None:  # the worker may be blocked in recv: shut the socket under it
         while not done.is_set():
             if cancel.wait(CANCEL_POLL_S):
-                conn.close()
+                for c in current:
+                    c.close()
                 return
 
     if cancel is not None:
         threading.Thread(target=watch, daemon=True, name="draftline-remote-cancel").start()
     try:
+        conn, resp = request(endpoint, "POST", url, dict(body, stream=True), cancel, current.append)
+    except BaseException:
+        done.set()
+        raise
+    try:
         if "text/event-stream" not in (resp.getheader("Content-Type") or ""):
             # A server that ignores `stream` answers one JSON object.
-            raw = resp.read()
+            try:
+                raw = resp.read()
+            except (OSError, http.client.HTTPException, AttributeError) as exc:
+                if conn.closed:
+                    return
+                raise RemoteError(f"{url}: the answer broke off ({_reason(exc)})") from None
             try:
                 data = json.loads(raw)
             except ValueError:
@@ -290,7 +309,7 @@ def stream_completion(endpoint: Endpoint, body: dict, cancel: threading.Event | 
         while True:
             try:
                 line = resp.readline()
-            except socket.timeout:
+            except TimeoutError:  # socket.timeout; never let it pass as the server's budget timeout
                 raise RemoteError(f"{url}: no data for {endpoint.read_timeout_s:g} s mid-stream "
                                   "(readTimeoutS)") from None
             except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
