@@ -90,7 +90,7 @@ class LlamaServer:
         return self._read("out").count("Disconnected from client")
 
     def completion_requests(self) -> int:
-        return self._read("err").count('"POST /v1/completions HTTP/1.1"')
+        return (self._read("err") + self._read("out")).count('"POST /v1/completions HTTP/1.1"')
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
