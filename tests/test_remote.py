@@ -4,6 +4,7 @@ that answer the ways servers go wrong. No mocks: every byte crosses a socket."""
 import asyncio
 import os
 import sys
+import tempfile
 import threading
 import time
 
@@ -23,7 +24,9 @@ in_lsp_loop = pytest.mark.asyncio(loop_scope="module")  # the async tests share 
 
 KEY_VAR, WRONG_KEY_VAR = "DRAFTLINE_TEST_KEY", "DRAFTLINE_TEST_WRONG_KEY"
 KEY, WRONG_KEY = "sk-draftline-test-0123456789", "sk-wrong-9876543210"
-SERVER = [sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "2"]
+# The language server's stderr (its log) goes to a file, to check that no key is ever in it.
+SERVER_LOG = os.path.join(tempfile.gettempdir(), f"draftline-remote-test-{os.getpid()}.log")
+SERVER = ["/bin/sh", "-c", f'exec "{sys.executable}" -m lsp_server.cli --stdio --threads 2 2>"{SERVER_LOG}"']
 ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", **{KEY_VAR: KEY, WRONG_KEY_VAR: WRONG_KEY})
 AUTO = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)
 # No time budget: the text must not depend on this CPU's speed.
@@ -144,6 +147,8 @@ async def client(lsp_client: LanguageClient, llama):
     await stats_when(lsp_client, lambda s: s["state"] == "ready")
     yield
     await lsp_client.shutdown_session()
+    if os.path.exists(SERVER_LOG):
+        os.remove(SERVER_LOG)
 
 
 async def stats(client: LanguageClient) -> dict:
@@ -295,6 +300,9 @@ async def test_failures_each_give_one_clear_message(client, llama, tmp_path):
     await configure(client, endpoint=llama.url, multiline="never")  # and back: it works again
     assert await asyncio.wait_for(ask(client, uri, 1, 10), 60)
     assert (await stats(client))["state"] == "ready"
+    with open(SERVER_LOG) as log:  # the server logged the 401, never a key
+        text = log.read()
+    assert "401 unauthorized" in text and KEY not in text and WRONG_KEY not in text
 
 
 @needs_llama_server
