@@ -305,6 +305,22 @@ async def test_failures_each_give_one_clear_message(client, llama, tmp_path):
     assert "401 unauthorized" in text and KEY not in text and WRONG_KEY not in text
 
 
+@in_lsp_loop
+@needs_llama_server
+async def test_snippets_sent_to_a_server_never_come_from_secret_files(client):
+    stub = StubServer("ok")
+    try:
+        await configure(client, endpoint=stub.url, model="stub-model", multiline="never")
+        open_doc(client, "geometry.py", "def area_of_square(side):\n    return side * side\n")
+        open_doc(client, ".env", "SQUARE_API_TOKEN=hunter2-area-of-square-side\n")
+        uri = open_doc(client, "main.py", "import geometry\n\n\ndef area_of_square(side):\n    return")
+        assert await asyncio.wait_for(ask(client, uri, 4, 10), 20)
+        prompt = [body for path, body in stub.requests if path == "/v1/completions"][-1]["prompt"]
+        assert "# geometry.py" in prompt and "hunter2" not in prompt
+    finally:
+        stub.close()
+
+
 @needs_llama_server
 def test_bench_measures_the_remote_path(llama, capsys, tmp_path):
     from pathlib import Path
