@@ -93,6 +93,8 @@ class DraftlineServer(LanguageServer):
                 break
         self.engine, self._load_error, self._load_running = engine, error, False
         self._failure = engine and engine.problem
+        if self._failure:
+            log.warning("%s", self._failure)
         if engine is not None:
             self._follow(engine)
         self.status(error or self._failure or f"{s.model}{f' at {s.endpoint}' if s.endpoint else ''} ready")

@@ -18,7 +18,6 @@ token).
 """
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,8 +28,6 @@ from engine.request import Request
 from engine.stats import Stats
 from engine.tokenization.special_names import BY_KEY
 from engine.tokenizer import FimTokens, Tokenizer
-
-log = logging.getLogger(__name__)
 
 DEFAULT_MAX_LEN = 4096  # when the server does not say its context length
 ANY_MODEL = "embedded"  # the `model` setting's default: take the one model the server serves
@@ -112,8 +109,7 @@ class RemoteEngine:
         try:
             engine.connect()
         except RemoteError as exc:
-            engine.problem = str(exc)
-            log.warning("%s", exc)
+            engine.problem = str(exc)  # the caller says it (the server's status, the CLI's error)
         return engine
 
     # --- the engine surface ---------------------------------------------------------------
