@@ -14,6 +14,11 @@ LLAMA_CPP_SDIST := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16.tar.gz
 CONVERTER := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16/vendor/llama.cpp/convert_hf_to_gguf.py
 LLAMA_VOCAB := .cache/llama-vocab/ggml-vocab-qwen2.gguf.out
 
+# llama-cpp-python built once from that sdist (tests/test_remote.py serves the embedded model
+# with it as a real OpenAI-compatible server; bench's llama-cpp peer uses it too).
+LLAMA_WHEEL_DIR := .cache/wheels
+LLAMA_SERVER := $(VENV)/.llama-cpp-server
+
 install: $(STAMP)
 
 # torch is pinned to the CPU build on purpose: an unpinned torch pulls a multi-GB CUDA build.
@@ -30,7 +35,7 @@ demo: $(STAMP)
 	$(VENV)/bin/lsp_server complete examples/shapes.py --line 24 --col 8
 
 # -rs prints why a test was skipped (e.g. the editors' tests without Node.js).
-test: $(STAMP) editors $(CONVERTER) $(LLAMA_VOCAB)
+test: $(STAMP) editors $(CONVERTER) $(LLAMA_VOCAB) $(LLAMA_SERVER)
 	$(PY) -m pytest -q -rs
 
 # What the editors' tests need beyond the venv (tests/test_editor_*.py).
@@ -66,4 +71,23 @@ $(CONVERTER): $(LLAMA_CPP_SDIST)
 $(LLAMA_VOCAB): $(LLAMA_CPP_SDIST)
 	rm -rf .cache/llama-vocab && mkdir -p .cache/llama-vocab
 	tar -xzf $< -C .cache/llama-vocab --strip-components=4 --wildcards '*/vendor/llama.cpp/models/ggml-vocab-*'
+	touch $@
+
+# llama-cpp-python 0.3.16 with its [server] extra, compiled ONCE per machine into .cache/wheels
+# (about 5-10 minutes on 2 cores) and installed from there; the stamp makes `make test` skip it
+# afterwards. The build is portable (GGML_NATIVE=OFF, AVX2/FMA/F16C), because the CPU under this
+# checkout changes between an AVX2-only EPYC and an AMX Xeon: a native build on one may not run on
+# the other. -mno-amx-*: on Xeons that advertise AMX the kernel does not enable, ggml's AMX code
+# dies with "Illegal instruction". Tests, examples, tools and llama.cpp's own server are not built.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_BMI2=ON -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
+	-DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DLLAMA_BUILD_TESTS=OFF \
+	-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF \
+	-DLLAMA_CURL=OFF
+$(LLAMA_SERVER): $(LLAMA_CPP_SDIST)
+	@if ! ls $(LLAMA_WHEEL_DIR)/llama_cpp_python-0.3.16-*.whl >/dev/null 2>&1; then \
+		echo "building llama-cpp-python 0.3.16 once (several minutes)"; \
+		CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" \
+		$(PY) -m pip wheel --quiet --no-deps -w $(LLAMA_WHEEL_DIR) $(LLAMA_CPP_SDIST); fi
+	$(PY) -m pip install --quiet "$$(ls $(LLAMA_WHEEL_DIR)/llama_cpp_python-0.3.16-*.whl | head -1)[server]"
 	touch $@

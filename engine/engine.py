@@ -43,6 +43,7 @@ class Engine:
     set from any thread."""
 
     K_MAX = 12  # most draft tokens per branch
+    problem: str | None = None  # why it cannot serve now (a local engine always can)
 
     def __init__(self, target: Backend, tokenizer: Tokenizer, draft: ModelDrafter | None = None,
                  k_max: int = K_MAX, pass_cost: list[float] | None = None, draft_cost: float = 0.0):
@@ -78,6 +79,15 @@ class Engine:
         engine.calibration, engine.dtype = calibration, dtype
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
+
+    @property
+    def max_len(self) -> int:
+        return self.target.max_len
+
+    @property
+    def documents(self) -> int:
+        """Documents in the prompt-lookup index."""
+        return self.lookup.documents
 
     @property
     def modes(self) -> tuple[str, ...]:

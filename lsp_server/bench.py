@@ -27,6 +27,7 @@ from lsp_server.bench_peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable
 from lsp_server.bench_report import Run, format_table, plot, summarize, write_json
 from lsp_server.bench_sources import SOURCE_SUFFIXES, SourceFile, Sources, find_sources
 from lsp_server.bench_tasks import WORKLOADS, Task, build_tasks, prompt_tokens
+from lsp_server.engines import open_engine
 from lsp_server.options import add_model_arguments, model_settings
 
 ENGINE_MODES = ("ar", "lookup", "draft", "hybrid")
@@ -187,6 +188,10 @@ def _engine_run(engine: Engine, mode: str, prompt: list[int], max_new_tokens: in
 def run(args: argparse.Namespace) -> int:
     if args.tasks < 1 or args.max_new_tokens < 1:
         raise _fail("--tasks and --max-new-tokens must be at least 1")
+    if getattr(args, "endpoint", None):
+        from lsp_server.bench_remote import run_remote
+
+        return run_remote(args, _tasks, _say, _fail, Progress, _cpu_name)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise _fail("--plot needs matplotlib, which is not installed: pip install 'draftline[bench]'")
     try:
@@ -194,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         modes = _available_modes(args, model_path)
         tasks, workload_ids, sources = _tasks(args)
         started = time.perf_counter()
-        engine = Engine.load(**model_settings(args))
+        engine = open_engine(model_settings(args))
         dtype = engine.dtype
         eos = frozenset(engine.tokenizer.eos_ids)
         peers = load_peers([m for m in modes if m in PEER_MODES], model_path,

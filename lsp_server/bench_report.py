@@ -60,13 +60,14 @@ def summarize_mode(runs: list[Run], ar: dict[int, Run], references: dict[int, st
 
 
 def summarize(runs: list[Run], tasks: dict[str, list[int]], references: dict[int, str],
-              modes: list[str], weight_bytes: int | None) -> dict:
-    """{workload: {"tasks": N, "modes": {mode: numbers}}}; tasks maps workload -> task ids."""
+              modes: list[str], weight_bytes: int | None, baseline: str = "ar") -> dict:
+    """{workload: {"tasks": N, "modes": {mode: numbers}}}; tasks maps workload -> task ids;
+    the other modes are compared with `baseline`."""
     workloads = {}
     for workload, ids in tasks.items():
         chosen = set(ids)
         mine = [r for r in runs if r.task in chosen]
-        ar = {r.task: r for r in mine if r.mode == "ar"}
+        ar = {r.task: r for r in mine if r.mode == baseline}
         per_mode = {m: summarize_mode([r for r in mine if r.mode == m], ar, references) for m in modes}
         if weight_bytes:
             ar_runs = [r for r in mine if r.mode == "ar"]
@@ -100,7 +101,7 @@ def format_table(report: dict) -> str:
                 f"{_cell(m['tokens_per_target_pass'], '10.2f')}{accept}"
                 f"{speedup}{_cell(m['identical_to_ar'], '12.2f')}"
                 f"{_cell(m['first_line_correct'], '13.2f')}")
-        bandwidth = data["modes"]["ar"].get("bandwidth_gb_s")
+        bandwidth = data["modes"].get("ar", {}).get("bandwidth_gb_s")
         if bandwidth and copy:
             lines.append(f"ar reads the weights at {bandwidth:.1f} GB/s: {bandwidth / copy:.0%} of this "
                          f"machine's measured copy rate ({copy:.1f} GB/s)")

@@ -56,8 +56,9 @@ def run_complete(args: argparse.Namespace) -> int:
     the plain continuation."""
     import threading
 
-    from engine import Engine, EngineError, Request, Sampling
+    from engine import EngineError, Request, Sampling
     from lsp_server import context, suggest
+    from lsp_server.engines import open_engine
     from lsp_server.options import Settings
 
     text = _read_text(args.file)
@@ -72,7 +73,7 @@ def run_complete(args: argparse.Namespace) -> int:
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     others = {str(path): _read_text(path) for path in args.context}
     try:
-        engine = Engine.load(**model_settings(args))
+        engine = open_engine(model_settings(args))
         for doc_id, doc in [(str(args.file), text), *others.items()]:
             engine.set_document(doc_id, doc)
         if args.raw:

@@ -69,6 +69,26 @@ OPTIONS: tuple[Option, ...] = (
     Option("dtype", str, None, "weights: int4, int8, bf16, fp16, fp32 (null: on a CPU int4 for a 4-bit GGUF, "
            "else int8; bf16/fp16 on a GPU)",
            choices=(None, *sorted(DTYPES)), nullable=True, flag=True, reloads=True),
+    # A shared server speaking OpenAI's /v1/completions (vLLM, SGLang, llama-server, Ollama,
+    # LM Studio, TGI), e.g. http://gpu-box:8000/v1. Set, the model runs there and `model` is the
+    # served model's name ("embedded": the one model the server serves); null: run locally.
+    Option("endpoint", str, None, "OpenAI-compatible server URL; null: run the model locally (docs/remote.md)",
+           nullable=True, flag=True, reloads=True),
+    # The served model's tokenizer (.gguf or Hugging Face folder) for its FIM prompt; null: ask
+    # the server's /tokenize, else send the plain prefix.
+    Option("tokenizer", str, None, "with endpoint: the served model's tokenizer (.gguf or folder) for FIM prompts",
+           nullable=True, flag=True, reloads=True),
+    # The NAME of the environment variable holding the server's API key (never the key).
+    Option("apiKeyEnv", str, None, "with endpoint: name of the environment variable holding the API key",
+           nullable=True, flag=True, reloads=True),
+    # Without it, an API key is never sent over plain http to a host other than this machine.
+    Option("allowInsecure", bool, False, "with endpoint: allow sending the API key over plain http",
+           flag=True, reloads=True),
+    # Seconds to connect to the endpoint, and to wait for each piece of its answer.
+    Option("connectTimeoutS", float, 3, "with endpoint: seconds to connect", minimum=0.1,
+           flag=True, reloads=True),
+    Option("readTimeoutS", float, 30, "with endpoint: seconds to wait for each part of an answer",
+           minimum=0.1, flag=True, reloads=True),
     # Where the target runs: torch (CPU or CUDA) or ExLlamaV2 (NVIDIA GPUs); auto picks.
     Option("backend", str, "auto", "model backend: auto, torch or exllamav2", choices=BACKENDS, flag=True, reloads=True),
     # torch threads; null: every core this process may use. Command line only.
@@ -110,7 +130,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     flag placed before the sub-command (`lsp_server --model X complete ...`) is not overridden
     by the sub-command's own; `model_settings` fills in the table's defaults."""
     for o in OPTIONS:
-        if o.flag:
+        if o.flag and o.kind is bool:
+            parser.add_argument(o.cli_flag, dest=o.name, default=argparse.SUPPRESS,
+                                action="store_const", const=True, help=o.doc)
+        elif o.flag:
             parser.add_argument(o.cli_flag, dest=o.name, default=argparse.SUPPRESS,
                                 type=None if o.kind is str else o.kind,
                                 choices=[c for c in o.choices if c is not None] if o.choices else None,

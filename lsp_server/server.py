@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import sys
 import time
@@ -13,9 +14,12 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
-from engine import Engine, EngineError, Sampling
+from engine import EngineError, Sampling
 from engine.stdout_guard import claim_stdout
+from engine.surface import CompletionEngine
 from lsp_server import context, suggest
+from lsp_server.engines import open_engine
+from lsp_server.files import is_secret
 from lsp_server.metrics import Metrics
 from lsp_server.protocol import AnsweringProtocol
 from lsp_server.scheduler import Job, Scheduler, Superseded
@@ -37,9 +41,10 @@ class DraftlineServer(LanguageServer):
         super().__init__("draftline", "0.1.0", protocol_cls=AnsweringProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.settings = Settings()
-        self.engine: Engine | None = None  # the one current engine; None while loading or failed
+        self.engine: CompletionEngine | None = None  # the one current engine; None while loading or failed
         self._load_running = False  # a load_model is in flight
         self._load_error: str | None = None  # why the last load failed
+        self._failure: str | None = None  # why completions fail now (a remote server down); said once
         self.scheduler = Scheduler()
         self.metrics = Metrics()
         self.typed = TypedThroughCache()
@@ -64,7 +69,7 @@ class DraftlineServer(LanguageServer):
     def state(self) -> str:
         if self._load_running or (self.engine is None and self._load_error is None):
             return "loading"
-        if self.engine is None:
+        if self.engine is None or self._failure is not None:
             return "error"
         return "ready" if self.settings.enabled else "disabled"
 
@@ -79,7 +84,7 @@ class DraftlineServer(LanguageServer):
             self.status(f"loading {s.model}")
             try:
                 engine = await self.scheduler.call(
-                    lambda: Engine.load(s.model, s.draft, s.dtype, s.backend, self.threads))
+                    lambda: open_engine(dataclasses.asdict(s) | {"threads": self.threads}))
                 error = None
             except EngineError as exc:
                 engine, error = None, str(exc)
@@ -87,11 +92,22 @@ class DraftlineServer(LanguageServer):
             if self.settings.model_key() == s.model_key():
                 break
         self.engine, self._load_error, self._load_running = engine, error, False
+        self._failure = engine and engine.problem
+        if self._failure:
+            log.warning("%s", self._failure)
         if engine is not None:
             self._follow(engine)
-        self.status(error or f"{s.model} ready")
+        self.status(error or self._failure or f"{s.model}{f' at {s.endpoint}' if s.endpoint else ''} ready")
 
-    def _follow(self, engine: Engine) -> None:
+    def failed(self, message: str) -> None:
+        """A completion failed (e.g. the remote server is down): the status says so once, when
+        failures start, not on every keystroke; stats' state stays "error" until one succeeds."""
+        log.error("completion failed: %s", message)
+        starting, self._failure = self._failure is None, message
+        if starting:
+            self.status(message)
+
+    def _follow(self, engine: CompletionEngine) -> None:
         """Give a new engine the open documents and the workspace's files."""
         for doc in list(self.workspace.text_documents.values()):
             engine.set_document(doc.uri, doc.source)
@@ -133,10 +149,21 @@ class DraftlineServer(LanguageServer):
         if cached is not None and cached[0] == block:
             return cached[1]
         others = {self._name(u): d.source for u, d in self.workspace.text_documents.items()
-                  if u != uri}
+                  if u != uri and self._shareable(u)}
         header = context.snippets(cursor, others, self.engine.tokenizer)
         self._snippets[uri] = (block, header)
         return header
+
+    def _shareable(self, uri: str) -> bool:
+        """May this open document's text go into a prompt (which may leave the machine)? Not
+        when the workspace index would refuse the file (secrets, .gitignore'd, virtualenvs)."""
+        if not uri.startswith("file:"):
+            return True  # unsaved buffers
+        path = Path(unquote(urlparse(uri).path))
+        if is_secret(path.name):
+            return False
+        inside = self.root is not None and path.is_relative_to(self.root)
+        return not inside or self.index is None or self.index.accepts(path)
 
     def _name(self, uri: str) -> str:
         path = Path(unquote(urlparse(uri).path))
@@ -190,11 +217,12 @@ class DraftlineServer(LanguageServer):
             self.metrics.continued += 1
             return cursor, []
         except EngineError as exc:
-            log.error("completion failed: %s", exc)
+            self.failed(str(exc))
             return cursor, []
         texts = list(dict.fromkeys(run.text for run in runs if run.text))  # distinct, best first
         self.metrics.answered((time.perf_counter() - started) * 1000)
-        self.status()
+        recovered, self._failure = self._failure, None
+        self.status(f"{self.settings.endpoint or self.settings.model} answers again" if recovered else "")
         return cursor, texts
 
     def _finished(self, uri: str, cursor: context.Cursor, job: Job) -> None:
@@ -327,7 +355,7 @@ def stats(ls: DraftlineServer, *args) -> dict:
     engine = ls.engine
     return ls.metrics.as_dict(ls.state) | {  # and what the current engine is and holds
         "model": engine and ls.settings.model, "dtype": engine and engine.dtype,
-        "documents": engine and engine.lookup.documents}
+        "documents": engine and engine.documents, "endpoint": ls.settings.endpoint}
 
 
 @server.command("draftline.didAccept")

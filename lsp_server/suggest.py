@@ -6,7 +6,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine import Engine, Request, Sampling
+from engine import Request, Sampling
+from engine.surface import CompletionEngine
 from engine.stats import Stats
 from lsp_server import postprocess
 from lsp_server.context import Budget, Cursor, build_prompt
@@ -51,11 +52,11 @@ def plan(cursor: Cursor, settings: Settings) -> Plan | None:
 COLD_PREFILL_S = 1.0
 
 
-def prompt_for(engine: Engine, cursor: Cursor, snippets: str) -> tuple[str | list[int], str | list[int] | None]:
+def prompt_for(engine: CompletionEngine, cursor: Cursor, snippets: str) -> tuple[str | list[int], str | list[int] | None]:
     """The prompt for this request, and the full-window prompt to prefill later when this
     one had to be shortened (None when it is the full one): a cold 2k-token file on a slow
     CPU would otherwise wait a minute for its first suggestion."""
-    tokenizer, max_len = engine.tokenizer, engine.target.max_len
+    tokenizer, max_len = engine.tokenizer, engine.max_len
     full = build_prompt(cursor, tokenizer, max_len, snippets)
     if engine.prefill_seconds(full) <= COLD_PREFILL_S:
         return full, None
@@ -71,7 +72,7 @@ class Suggestion:
     full_prompt: str | list[int] | None  # see prompt_for
 
 
-def generate(engine: Engine, p: Plan, settings: Settings, snippets: str,
+def generate(engine: CompletionEngine, p: Plan, settings: Settings, snippets: str,
              cancel: threading.Event, sampling: Sampling = Sampling(),
              on_prefilled: Callable[[], None] | None = None) -> Suggestion:
     """Run the model for plan `p` (on the model thread) and clean its text."""

@@ -3,6 +3,11 @@ an editor (didChange + inlineCompletion per keystroke, single-line, model warm),
 per-request latency and what the server did (generated / typed-through / cancelled).
 
   .venv/bin/python scripts/replay_typing.py engine/decoding.py --lines 40:70 --interval-ms 120
+
+Against a server (docs/remote.md): --endpoint URL [--model NAME]; with --server-log FILE (a
+llama.cpp / llama-cpp-python verbose log) it also counts the generations the server ran to their
+end ("llama_perf_context_print: ... total time") and the streams it stopped because Draftline
+closed them ("Disconnected from client", llama-cpp-python's stdout), per 100 keystrokes.
 """
 from __future__ import annotations
 
@@ -25,6 +30,10 @@ def main() -> int:
                     help="wait for each answer before the next keystroke (no cancellations)")
     ap.add_argument("--mode", default="lookup")
     ap.add_argument("--dtype", default=None)
+    ap.add_argument("--endpoint", default=None, help="an OpenAI-compatible server (docs/remote.md)")
+    ap.add_argument("--model", default=None, help="with --endpoint: the served model's name")
+    ap.add_argument("--server-log", type=Path, nargs="*", default=[],
+                    help="the server's log file(s), to count its finished and stopped generations")
     args = ap.parse_args()
     text = args.file.read_text()
     lines = text.split("\n")
@@ -32,6 +41,10 @@ def main() -> int:
     client = Client([sys.executable, "-m", "lsp_server.cli", "--stdio"])
     uri = args.file.resolve().as_uri()
     options = {"mode": args.mode, "dtype": args.dtype, "multiline": "never"}
+    if args.endpoint:
+        options |= {"endpoint": args.endpoint} | ({"model": args.model} if args.model else {})
+    logged = lambda: [sum(_server_counts(p.read_text(errors="replace"))[i] for p in args.server_log)  # noqa: E731
+                      for i in (0, 1)]
     client.send({"id": 0, "method": "initialize", "params": {"capabilities": {},
                  "initializationOptions": options}})
     client.wait(0)
@@ -57,6 +70,7 @@ def main() -> int:
         return msg_id
 
     client.wait(request(first, 0))
+    counted = logged()
     sent: dict[int, float] = {}
     for line in range(first, last):
         for col, ch in enumerate(lines[line] + "\n"):
@@ -77,6 +91,8 @@ def main() -> int:
     client.send({"id": msg_id, "method": "workspace/executeCommand",
                  "params": {"command": "draftline.stats"}})
     stats = client.wait(msg_id)["result"]
+    time.sleep(1.0)  # the server logs a stopped stream at its next token
+    finished, stopped = (after - before for after, before in zip(logged(), counted))
     client.send({"id": msg_id + 1, "method": "shutdown"})
     client.wait(msg_id + 1)
     client.send({"method": "exit"})
@@ -85,8 +101,16 @@ def main() -> int:
     print(json.dumps({"keystrokes": len(latencies), "p50_ms_all": round(q(0.5), 1),
                       "p95_ms_all": round(q(0.95), 1),
                       "mean_ms_all": round(statistics.mean(latencies), 1),
-                      "server": stats}, indent=2))
+                      "server": stats} | ({"remote_finished_per_100_keystrokes": round(
+                          100 * finished / len(latencies), 1), "remote_stopped_per_100_keystrokes": round(
+                          100 * stopped / len(latencies), 1)} if args.server_log else {}), indent=2))
     return 0
+
+
+def _server_counts(log: str) -> tuple[int, int]:
+    """(generations run to their end, streams stopped by the client) in a llama.cpp log."""
+    finished = sum("llama_perf_context_print:" in line and "total time" in line for line in log.splitlines())
+    return finished, log.count("Disconnected from client")
 
 
 if __name__ == "__main__":
