@@ -39,6 +39,9 @@ def check_peer(mode: str, model: Path, draft: Path | None) -> None:
     if mode == "hf-assisted" and (draft is None or not draft.exists()):
         raise PeerUnavailable("hf-assisted needs an assistant model that transformers can load: "
                               "give --draft a .gguf file or a model folder")
+    if mode.startswith("hf-") and model.suffix == ".gguf" and importlib.util.find_spec("accelerate") is None:
+        raise PeerUnavailable(f"{mode} loads a GGUF through transformers, which then needs accelerate: "
+                              "pip install accelerate")
     if mode == "llamacpp" and model.suffix != ".gguf":
         raise PeerUnavailable("llamacpp needs a .gguf model")
 

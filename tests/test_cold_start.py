@@ -73,8 +73,8 @@ def test_the_fastest_measured_kernel_is_chosen(monkeypatch):
 
 def test_wide_decoding_passes_use_the_copy_where_it_measured_faster(monkeypatch):
     """torch's int8 kernel costs ~3x more at 13 tokens than at one; the resident bf16 copy
-    does not. Each width gets the kernel measured fastest for it, and a wide pass through
-    the copy computes the same logits up to rounding."""
+    does not. Each width gets the kernel measured fastest for it (the copy by a margin), and
+    a wide pass through the copy computes the same logits up to rounding."""
     model, prompt = int8_model(), [(5 * i) % 64 for i in range(30)]
     model.forward(prompt, logits=False)
     want = model.forward(prompt[-4:])
@@ -86,8 +86,9 @@ def test_wide_decoding_passes_use_the_copy_where_it_measured_faster(monkeypatch)
 
     monkeypatch.setattr(calibrate, "measure_pass_costs", costs)
     cal = calibrate.measure(model, max_width=4, max_threads=1)
-    assert cal.copy_kernel == "bf16" and cal.kernel_by_width == ["native", "native", "native", "bf16", "bf16"]
-    assert cal.pass_cost[1:] == [2, 3, 3.25, 3.5] and model.kernel_by_width == cal.kernel_by_width
+    # at 3 tokens the copy is 1.23x faster: not the 1.25x (COPY_MARGIN) worth its other rounding
+    assert cal.copy_kernel == "bf16" and cal.kernel_by_width == ["native", "native", "native", "native", "bf16"]
+    assert cal.pass_cost[1:] == [2, 3, 4, 3.5] and model.kernel_by_width == cal.kernel_by_width
     model.truncate(0)  # measuring used the cache
     model.forward(prompt, logits=False)
     got = model.forward(prompt[-4:])  # 4 tokens: through the copy

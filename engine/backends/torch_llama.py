@@ -223,8 +223,9 @@ class TorchLlama(Backend):
 
     def use_prefill_kernel(self, kernel: str, allow_copy: bool = True) -> bool:
         """Prefill with `kernel` from now on; returns whether its matrices are a resident copy
-        (made now if needed and it fits: at most twice the stored weights, and a quarter of
-        the machine's memory; a 7B model gets no fp32 copy) rather than dequantized for each
+        (made now if needed and it fits: at most three times the stored weights, so that an
+        int4 or int8 model may get a bf16 copy but not an fp32 one, and a quarter of the
+        machine's memory, so that a 7B model gets none) rather than dequantized for each
         pass. "native" keeps any copy: wide decoding passes may use it (kernel_by_width)."""
         self.prefill_kernel = kernel
         if kernel == "native":
@@ -237,7 +238,7 @@ class TorchLlama(Backend):
         size = (self.head.shape.numel() + sum(getattr(layer, m).shape.numel() for layer in self.layers
                                               for m in matrices)) * dtype.itemsize
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        if not allow_copy or size > min(2 * self.weight_bytes, memory // 4):
+        if not allow_copy or size > min(3 * self.weight_bytes, memory // 4):
             return False
         self._copy_layers = [dataclasses.replace(layer, **{m: as_dtype(getattr(layer, m), dtype)
                                                            for m in matrices})
