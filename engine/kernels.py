@@ -219,6 +219,25 @@ def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None,
     return F.linear(x, w, bias)
 
 
+def int8_product(x: torch.Tensor, w: Int8Weight) -> torch.Tensor:
+    """float32 x @ w.T in integer arithmetic, for the output head: x [n, in] is split into two
+    int8 parts with a scale per row (the second holds the first's rounding error, so together
+    they keep about 14 bits, more than bf16's 8) and multiplied in one torch._int_mm (VNNI;
+    2.5-4x faster than _weight_int8pack_mm on a 49k-row head, at any width). Integer sums are
+    exact and each row is scaled on its own, so a row's result never depends on the others."""
+    x = x.float()
+    parts, scales = [], []
+    for _ in range(2):
+        scale = x.abs().amax(-1, keepdim=True).clamp(min=1e-30) / 127
+        part = (x / scale).round()
+        parts.append(part)
+        scales.append(scale)
+        x = x - part * scale
+    y = torch._int_mm(torch.cat(parts).to(torch.int8), w.q.t()).float()
+    n = len(parts[0])
+    return (y[:n] * scales[0] + y[n:] * scales[1]) * w.scale.float()
+
+
 def as_dtype(w: Weight, dtype: torch.dtype) -> torch.Tensor:
     return w.dequantize(dtype) if isinstance(w, QUANTIZED) else w.to(dtype)
 

@@ -102,3 +102,4 @@ def test_int4_model_keeps_the_quality(fp32_engine):
     again = Engine.load(dtype="int4", threads=2, max_len=2048)  # from the weight cache
     first, second = (e.target.layers[3].w_down for e in (int4, again))
     assert torch.equal(first.q, second.q) and torch.equal(first.scale, second.scale)
+

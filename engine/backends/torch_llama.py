@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from engine.architectures import FAMILIES
 from engine.backends.base import Backend
 from engine.errors import EngineError
-from engine.kernels import QUANTIZED, Weight, as_dtype, compute_dtype, fuse, linear, to_format, weight_nbytes
+from engine.kernels import (QUANTIZED, Int8Weight, Weight, as_dtype, compute_dtype, fuse, int8_product, linear,
+                            to_format, weight_nbytes)
 from engine.rope import rope_tables
 from engine.weights import LlamaConfig, LoadedWeights
 
@@ -328,6 +329,8 @@ class TorchLlama(Backend):
         """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""
         if kernel == self.copy_kernel:
             out = linear(features.to(self._copy_head.dtype), self._copy_head).float()
+        elif isinstance(self.head, Int8Weight):
+            out = int8_product(features, self.head)
         else:
             out = linear(features, self.head).float()
         if self.head_rows is None:
