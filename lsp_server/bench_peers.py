@@ -82,10 +82,29 @@ def _hf_peer(model, eos_ids: frozenset[int], **generate_args) -> Peer:
     return run
 
 
-def _llamacpp_peer(path: Path, eos_ids: frozenset[int]) -> Peer:
+def _fastest_llama(path: Path):
+    """llama.cpp with the thread count that decodes fastest here (one, or every core torch
+    may use), timed at load: on a small CPU with OMP_WAIT_POLICY=PASSIVE (which the Makefile
+    sets for torch) two threads took 34 ms per token and one 14 ms, so a fixed choice would
+    handicap the peer."""
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(path), n_ctx=4096, n_threads=torch.get_num_threads(), verbose=False)
+    best = None
+    for threads in sorted({1, torch.get_num_threads()}):
+        llm = Llama(model_path=str(path), n_ctx=4096, n_threads=threads, verbose=False)
+        llm.eval([llm.token_bos()] * 8)
+        start = time.perf_counter()
+        for _ in range(8):
+            llm.eval([llm.token_bos()])
+        seconds = time.perf_counter() - start
+        llm.reset()
+        if best is None or seconds < best[0]:
+            best = (seconds, llm)
+    return best[1]
+
+
+def _llamacpp_peer(path: Path, eos_ids: frozenset[int]) -> Peer:
+    llm = _fastest_llama(path)
 
     def run(prompt: list[int], max_new_tokens: int, cold: bool) -> Run:
         llm.reset()
