@@ -156,12 +156,13 @@ def test_no_source_files_is_an_error(tmp_path):
     assert str(exit_.value.code).startswith(f"lsp_server bench: no source files found under {tmp_path}")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is not None, reason="llama-cpp-python is installed")
-def test_a_named_peer_that_is_missing_is_an_error(repo):
+@pytest.mark.skipif(importlib.util.find_spec("accelerate") is not None, reason="accelerate is installed")
+def test_a_named_peer_that_cannot_run_is_an_error(repo):
+    """transformers loads a GGUF only with accelerate, which the set-up does not install."""
     with pytest.raises(SystemExit) as exit_:
-        _bench(str(repo), "--modes", "ar,llamacpp")
-    assert str(exit_.value.code) == ("lsp_server bench: llamacpp needs llama_cpp, which is not "
-                                     "installed: pip install llama-cpp-python")
+        _bench(str(repo), "--modes", "ar,hf-lookup")
+    assert str(exit_.value.code) == ("lsp_server bench: hf-lookup loads a GGUF through transformers, "
+                                     "which then needs accelerate: pip install accelerate")
 
 
 def test_default_modes_skip_peers_that_cannot_run_with_one_line_each(capsys):
