@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from engine import EngineError, Request
 from lsp_server.bench_report import Run, format_table, summarize, write_json
@@ -56,7 +57,7 @@ def run_remote(args: argparse.Namespace, tasks_for, say, fail, progress_cls, cpu
         "workloads": summarize(runs, workload_ids, {i: t.reference for i, t in enumerate(tasks)},
                                [MODE], None, baseline=MODE),
     }
-    print(format_table(report))
+    sys.stdout.write(format_table(report) + "\n")  # the report is the command's output
     if args.json is not None:
         write_json(report, args.json)
     return 0
