@@ -58,6 +58,7 @@ class Calibration:
             backend.use_prefill_kernel(self.prefill_kernel)
             backend.threads_by_width = self.threads_by_width
             backend.kernel_by_width = self.kernel_by_width
+            backend.release_plain_layouts()
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -76,11 +76,16 @@ class Int4Weight:
 
     `q` keeps the levels in a plain layout (two per byte, even column in the low nibble), for
     the weight cache, embedding lookups and dequantization; torch's own packing, which may
-    differ by CPU, is made once, at first use."""
-    q: torch.Tensor  # uint8 [out, in / 2]
+    differ by CPU, is made once, at first use. Once nothing needs the plain layout any more
+    (`release_plain`), only the packed one stays: half the memory."""
+    q: torch.Tensor | None  # uint8 [out, in / 2]; None once released
     scale: torch.Tensor  # bf16 [out, in / GROUP]
     zero: torch.Tensor  # bf16 [out, in / GROUP]
     _packed: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False, compare=False)
+    shape: torch.Size = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.shape = torch.Size((self.scale.shape[0], self.scale.shape[1] * GROUP))
 
     @classmethod
     def from_levels(cls, levels: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> Int4Weight:
@@ -99,6 +104,8 @@ class Int4Weight:
         return cls.from_levels(levels.reshape(w.shape), scale, low + 8 * scale)
 
     def levels(self, rows: torch.Tensor | slice = slice(None)) -> torch.Tensor:
+        if self.q is None:
+            raise ValueError("this int4 matrix keeps only torch's packed layout (released)")
         q = self.q[rows]
         return torch.stack([q & 15, q >> 4], dim=-1).reshape(q.shape[0], -1)
 
@@ -126,20 +133,21 @@ class Int4Weight:
     def packed(self) -> tuple[torch.Tensor, torch.Tensor]:
         """torch's packed levels and [in / GROUP, out, 2] scales and zeros, made once."""
         if self._packed is None:  # the kernel takes rows in multiples of 16: pad with zeros
-            pad = -self.q.shape[0] % 16
+            pad = -self.shape[0] % 16
             levels = F.pad(self.levels().int(), (0, 0, 0, pad))
             scales_zeros = torch.stack([self.scale.t(), self.zero.t()], dim=-1)
             self._packed = (torch._convert_weight_to_int4pack_for_cpu(levels, 1),
                             F.pad(scales_zeros, (0, 0, 0, pad)).contiguous())
         return self._packed
 
-    @property
-    def shape(self) -> torch.Size:
-        return torch.Size((self.q.shape[0], self.q.shape[1] * 2))
+    def release_plain(self) -> None:
+        """Keep only torch's packed layout (made now if needed)."""
+        self.packed()
+        self.q = None
 
     @property
     def nbytes(self) -> int:
-        return self.q.numel() + (self.scale.numel() + self.zero.numel()) * 2
+        return self.shape.numel() // 2 + (self.scale.numel() + self.zero.numel()) * 2
 
 
 Weight = torch.Tensor | Int8Weight | Int4Weight

@@ -107,6 +107,7 @@ def load(path: Path, dtype: str) -> None:
     model = TorchLlama(weights, DTYPES[dtype], max_len=512, quant=dtype if dtype in ("int8", "int4") else None)
     loaded = time.perf_counter() - start
     logits = model.forward([1, 2, 3])
+    model.release_plain_layouts()  # as calibration does once it keeps the stored format (no copy)
     final_mb = (model.weight_bytes + 2 * model.k_cache.numel() * model.k_cache.element_size()) / 2**20
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     sys.stdout.write(

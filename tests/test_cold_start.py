@@ -96,6 +96,21 @@ def test_wide_decoding_passes_use_the_copy_where_it_measured_faster(monkeypatch)
     assert torch.allclose(got, want, atol=0.05 * float(want.abs().max()))
 
 
+def test_an_int4_model_prefilling_natively_keeps_only_the_packed_layout(monkeypatch):
+    model = TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16,
+                       max_len=256, quant="int4")
+    prompt = [(3 * i) % 64 for i in range(20)]
+    want = model.forward(prompt)
+    monkeypatch.setattr(model, "time_prefill", lambda width: {"native": 1, "fp32": 3, "bf16": 2}[model.prefill_kernel])
+    monkeypatch.setattr(calibrate, "measure_pass_costs",  # the copy is never faster
+                        lambda backend, max_width, repeats=3: [0.0] + [1.0] * max_width)
+    calibrate.measure(model, max_width=4, max_threads=1)
+    assert model.prefill_kernel == "native" and model.copy_kernel is None
+    assert all(layer.w_down.q is None for layer in model.layers) and model.embed.q is not None
+    model.truncate(0)
+    assert torch.equal(model.forward(prompt), want)
+
+
 def test_calibration_is_kept_and_a_corrupt_file_is_measured_again(monkeypatch, tmp_path):
     model = int8_model()
     first = calibrate.load_or_measure(model, 4, 1, "key")

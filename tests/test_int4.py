@@ -101,5 +101,17 @@ def test_int4_model_keeps_the_quality(fp32_engine):
     assert bits_per_byte(int4, text) < bits_per_byte(fp32_engine, text) + 0.01
     again = Engine.load(dtype="int4", threads=2, max_len=2048)  # from the weight cache
     first, second = (e.target.layers[3].w_down for e in (int4, again))
-    assert torch.equal(first.q, second.q) and torch.equal(first.scale, second.scale)
+    assert torch.equal(first.packed()[0], second.packed()[0]) and torch.equal(first.scale, second.scale)
+
+
+def test_releasing_the_plain_layout_keeps_the_product():
+    """Where nothing dequantizes an int4 matrix any more, only torch's packed layout stays."""
+    w = Int4Weight.quantize(torch.randn(64, 128))
+    x = torch.randn(3, 128).bfloat16()
+    before, nbytes = linear(x, w), w.nbytes
+    w.release_plain()
+    assert w.q is None and w.nbytes == nbytes and w.shape == (64, 128)
+    assert torch.equal(linear(x, w), before)
+    with pytest.raises(ValueError, match="packed layout"):
+        w.dequantize(torch.float32)
 

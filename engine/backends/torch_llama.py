@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from engine.architectures import FAMILIES
 from engine.backends.base import Backend
 from engine.errors import EngineError
-from engine.kernels import (QUANTIZED, Int8Weight, Weight, as_dtype, compute_dtype, fuse, int8_product, linear,
+from engine.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, compute_dtype, fuse, int8_product, linear,
                             to_format, weight_nbytes)
 from engine.rope import rope_tables
 from engine.weights import LlamaConfig, LoadedWeights
@@ -247,6 +247,17 @@ class TorchLlama(Backend):
         self._copy_head = as_dtype(self.head, dtype)  # for wide decoding passes
         self.copy_kernel = kernel
         return True
+
+    def release_plain_layouts(self) -> None:
+        """Once the kernels are chosen: where nothing will dequantize the int4 matrices again
+        (no copy to make, prefill in the stored format), keep only torch's packed layout of
+        each, halving an int4 model's memory. The embedding keeps its own for row lookups."""
+        if self.prefill_kernel != "native" or self.copy_kernel is not None:
+            return
+        for w in [self.head] + [getattr(layer, m) for layer in self.layers
+                                for m in ("wqkv", "wo", "w_gate_up", "w_down")]:
+            if isinstance(w, Int4Weight) and w is not self.embed:
+                w.release_plain()
 
     def drop_copy(self) -> None:
         self.copy_kernel, self._copy_layers, self._copy_head = None, None, None
