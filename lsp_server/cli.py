@@ -91,9 +91,13 @@ def run_complete(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps({"text": shown, "ms": round(stats.total_ms, 1)} | stats.as_dict()) + "\n")
     else:
         sys.stdout.write(shown + "\n")
-        summary = (f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms ({args.mode}): "
-                   f"{stats.target_passes} target passes, {stats.tokens_per_pass:.2f} tokens/pass, "
-                   f"acceptance {stats.acceptance_rate:.0%}, prefill {stats.prefill_ms:.0f} ms")
+        if engine.dtype == "remote":  # the server decodes: passes and drafts are not seen here
+            summary = (f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms from {engine.endpoint.base}, "
+                       f"first after {stats.prefill_ms:.0f} ms")
+        else:
+            summary = (f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms ({args.mode}): "
+                       f"{stats.target_passes} target passes, {stats.tokens_per_pass:.2f} tokens/pass, "
+                       f"acceptance {stats.acceptance_rate:.0%}, prefill {stats.prefill_ms:.0f} ms")
         print(summary, file=sys.stderr)
     return 0
 

@@ -347,5 +347,7 @@ def test_cli_complete_takes_the_remote_path(llama, capsys, tmp_path):
     source.write_text("def fibonacci(n):\n    if n < 2:\n        return n\n    return\n")
     assert main(["--endpoint", llama.url, "complete", str(source), "--line", "3", "--col", "10",
                  "--model", SERVED_NAME]) == 0
-    shown = capsys.readouterr().out.rstrip("\n")
+    out = capsys.readouterr()
+    shown = out.out.rstrip("\n")
     assert shown and shown == llama.complete(source.read_text()[:-1], 32).split("\n")[0].rstrip()
+    assert f"ms from {llama.url}" in out.err and "target passes" not in out.err  # the server decodes
