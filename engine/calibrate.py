@@ -31,12 +31,13 @@ from engine.user_cache import cache_dir, write_atomically
 
 log = logging.getLogger("draftline")
 
-FORMAT = 3  # bump when what is measured changes
+FORMAT = 4  # bump when what is measured changes
 _CONTEXT = 256  # cache length the pass costs are measured at
 # A decoding pass through the copy rounds differently from the one-token passes of plain
 # decoding, so speculative output may then differ from it at near-ties (identical_to_ar in
-# bench: 0.7-0.8 instead of 1.0 for int8 with bf16 wide passes, for no end-to-end gain). The
-# copy is used for a width only where it is this much faster.
+# bench: 0.7-0.8 instead of 1.0 for int8 with bf16 wide passes, for no end-to-end gain); so
+# does a prompt prefilled through it. The copy is used for a width, or for prefill, only
+# where it is this much faster.
 COPY_MARGIN = 1.25
 
 
@@ -116,7 +117,7 @@ def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
         cal.kernel_tokens_per_s = time_prefill_kernels(
             backend, prefill_candidates(backend.dtype, backend.quant is not None))
         rates = cal.kernel_tokens_per_s
-        cal.prefill_kernel = max(rates, key=rates.get)
+        cal.prefill_kernel = max(rates, key=lambda k: rates[k] / (COPY_MARGIN if k != "native" else 1.0))
         # The fastest copy is worth keeping even where prefill runs natively: wide decoding
         # passes may use it (measured below).
         copy = max((k for k in rates if k != "native"), key=rates.get, default=None)

@@ -97,8 +97,10 @@ def test_wide_decoding_passes_use_the_copy_where_it_measured_faster(monkeypatch)
 
 
 def test_an_int4_model_prefilling_natively_keeps_only_the_packed_layout(monkeypatch):
+    """Where torch's int4 kernel runs the model (no native decoder, tests/test_native.py)."""
     model = TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16,
                        max_len=256, quant="int4")
+    model.native = None
     prompt = [(3 * i) % 64 for i in range(20)]
     want = model.forward(prompt)
     monkeypatch.setattr(model, "time_prefill", lambda width: {"native": 1, "fp32": 3, "bf16": 2}[model.prefill_kernel])

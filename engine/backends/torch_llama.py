@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from engine.architectures import FAMILIES
 from engine.backends.base import Backend
 from engine.errors import EngineError
+from engine.native import decoder_for
 from engine.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, compute_dtype, fuse, int8_product, linear,
                             to_format, weight_nbytes)
 from engine.rope import rope_tables
@@ -172,6 +173,8 @@ class TorchLlama(Backend):
         cos, sin = rope_tables(self.max_len, hd, c.rope_theta, c.rope_scaling)
         self.cos = cos.to(device=self.device, dtype=self.dtype)
         self.sin = sin.to(device=self.device, dtype=self.dtype)
+        # Decoding passes of an int4/int8 model run in C where it can (engine/native/).
+        self.native = decoder_for(self) if quant else None
 
     @property
     def weight_bytes(self) -> int:
@@ -213,14 +216,22 @@ class TorchLlama(Backend):
         kernel = self.prefill_kernel
         if logits:
             kernel = self.kernel_by_width[min(n, len(self.kernel_by_width) - 1)] if self.kernel_by_width else "native"
-        x = self._layers(x, start, parents, len(self.layers), kernel)
+        if kernel == "native" and self.native is not None:
+            pos, local = self._positions(start, n, parents)
+            x, out = self.native.forward(x, start, pos, local, logits, torch.get_num_threads())
+        else:
+            x, out = self._layers(x, start, parents, len(self.layers), kernel), None
         self.tokens.extend(tokens)
         if not logits and self.features is None:
             return None
-        x = norm(x, self.norm, self.norm_bias, self.config.rms_eps, self.family.norm).to(self.dtype)
+        if out is None:
+            x = norm(x, self.norm, self.norm_bias, self.config.rms_eps, self.family.norm)
+        x = x.to(self.dtype)
         if self.features is not None:
             self.features[start:start + n] = x
-        return self.head_logits(x, kernel) if logits else None
+        if not logits:
+            return None
+        return self._full_vocab(out) if out is not None else self.head_logits(x, kernel)
 
     def use_prefill_kernel(self, kernel: str, allow_copy: bool = True) -> bool:
         """Prefill with `kernel` from now on; returns whether its matrices are a resident copy
@@ -252,7 +263,7 @@ class TorchLlama(Backend):
         """Once the kernels are chosen: where nothing will dequantize the int4 matrices again
         (no copy to make, prefill in the stored format), keep only torch's packed layout of
         each, halving an int4 model's memory. The embedding keeps its own for row lookups."""
-        if self.prefill_kernel != "native" or self.copy_kernel is not None:
+        if self.prefill_kernel != "native" or self.copy_kernel is not None or self.native is not None:
             return
         for w in [self.head] + [getattr(layer, m) for layer in self.layers
                                 for m in ("wqkv", "wo", "w_gate_up", "w_down")]:
@@ -266,10 +277,14 @@ class TorchLlama(Backend):
     def time_prefill(self, width: int, layers: int = 2) -> float:
         """Seconds per token of a prefill pass of `width` tokens with the current prefill
         kernel, estimated from its first `layers` layers. Writes only cache positions past
-        `tokens` (not kept)."""
+        `tokens` (not kept). The native decoder runs every layer."""
         width, layers = min(width, self.max_len - self.length), min(layers, len(self.layers))
         x = self.embed_tokens(torch.zeros(width, dtype=torch.long, device=self.device))
         started = time.perf_counter()
+        if self.prefill_kernel == "native" and self.native is not None:  # one call: all layers
+            pos, local = self._positions(self.length, width, None)
+            self.native.forward(x, self.length, pos, local, False, torch.get_num_threads())
+            return (time.perf_counter() - started) / width
         self._layers(x, self.length, None, layers, self.prefill_kernel)
         return (time.perf_counter() - started) / width * len(self.layers) / layers
 
@@ -278,12 +293,7 @@ class TorchLlama(Backend):
         """Run the first `count` layers over x [n, hidden] at cache positions start..start+n,
         writing their keys and values; returns the last hidden state (in the kernel's dtype)."""
         c, dev, n = self.config, self.device, len(x)
-        if parents is None:
-            pos = torch.arange(start, start + n, device=dev)
-            local = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-        else:
-            pos = start + torch.tensor(tree_depths(parents), device=dev)
-            local = tree_mask(parents).to(dev)
+        pos, local = self._positions(start, n, parents)
         dtype = compute_dtype(kernel, self.dtype)
         # The mask as a bias added to the attention scores (0 or -inf), made once per pass;
         # it sees all of the cache, and one-token passes get an all-zero one, so that every
@@ -316,6 +326,14 @@ class TorchLlama(Backend):
             x = x + linear(self._mlp_hidden(h, layer, dequantize), layer.w_down, layer.b_down, dequantize)
         return x
 
+    def _positions(self, start: int, n: int, parents: Sequence[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotary positions [n] of a pass's tokens and which of them each may attend to [n, n]
+        (a chain, or a token tree given by its parents)."""
+        if parents is None:
+            return (torch.arange(start, start + n, device=self.device),
+                    torch.ones(n, n, dtype=torch.bool, device=self.device).tril())
+        return start + torch.tensor(tree_depths(parents), device=self.device), tree_mask(parents).to(self.device)
+
     def _mlp_hidden(self, h: torch.Tensor, layer: _Layer, dequantize: bool) -> torch.Tensor:
         if self.family.mlp == "gelu":
             return F.gelu(linear(h, layer.w_gate_up, layer.b_up, dequantize), approximate="tanh")
@@ -334,6 +352,8 @@ class TorchLlama(Backend):
             self.head = self.head.prefix(keep) if isinstance(self.head, QUANTIZED) else self.head[:keep]
             if self._copy_head is not None:
                 self._copy_head = self._copy_head[:keep]
+            if self.native is not None:
+                self.native.set_head(self.head)
         self.vocab_size = width
 
     def head_logits(self, features: torch.Tensor, kernel: str = "native") -> torch.Tensor:
@@ -344,10 +364,14 @@ class TorchLlama(Backend):
             out = int8_product(features, self.head)
         else:
             out = linear(features, self.head).float()
+        return self._full_vocab(out)
+
+    def _full_vocab(self, out: torch.Tensor) -> torch.Tensor:
+        """Logits [n, vocab] from the head's rows: -inf for rows it does not keep."""
         if self.head_rows is None:
             missing = self.vocab_size - out.shape[-1]  # rows dropped by limit_vocab
             return F.pad(out, (0, missing), value=float("-inf")) if missing else out
-        full = torch.full((len(features), self.vocab_size), float("-inf"), device=self.device)
+        full = torch.full((len(out), self.vocab_size), float("-inf"), device=self.device)
         full[:, self.head_rows] = out
         return full
 

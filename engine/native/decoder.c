@@ -1,0 +1,318 @@
+/* One decoding pass of a Llama-family model with weight-only int4/int8 matrices, on the CPU.
+
+Why: in eager PyTorch a one-token pass of a small model is mostly per-op overhead (~1,600 ops
+of ~7 us each), and torch's int4/int8 kernels convert weights per block of rows, so a 13-token
+verification pass costs 2.4x a one-token pass. Here a whole pass is one call: every layer's
+norm, matmuls, rotary, cache writes and attention, then the final norm and the head.
+
+Exactness by construction: every output element (a row of a matrix times a token's vector, a
+query head's attention for one token) is computed by one thread with a fixed order of
+operations that does not depend on the pass width, the thread count or the other tokens, so
+a token's logits are bitwise the same in a 13-token pass as in a one-token pass. Activations
+and sums are float32; the KV cache is bf16, shared with the torch code (prefill).
+
+Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__init__.py).
+*/
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "native.h"
+
+/* limits the Python side checks (engine/native/__init__.py) */
+enum { MAX_THREADS = 64, MAX_GROUP = 8, MAX_HEAD_DIM = 256 };
+
+typedef struct {
+  const uint16_t *attn_norm, *ffn_norm, *bqkv; /* bf16; bqkv may be NULL */
+  Matrix wqkv, wo, w_gate_up, w_down;         /* w_gate_up: gate rows, then up rows */
+} Layer;
+
+typedef struct {
+  int32_t n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, max_len;
+  float eps;
+  const Layer *layers;
+  const uint16_t *norm;
+  Matrix head;
+  uint16_t *k_cache, *v_cache; /* bf16 [n_layers, n_kv_heads, max_len, head_dim] */
+  const float *cos, *sin;      /* [max_len, head_dim] */
+} Model;
+
+static inline __m256 load_bf16x8(const uint16_t *p) {
+  __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+static inline float sum8(__m256 v) {
+  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  a = _mm_add_ss(a, _mm_movehdup_ps(a));
+  return _mm_cvtss_f32(a);
+}
+
+static void add_bias(const uint16_t *bias, int T, float *y, int ldy, int n0, int n1) {
+  for (int t = 0; t < T; t++)
+    for (int n = n0; n < n1; n++) y[(size_t)t * ldy + n] += bf16_to_f32(bias[n]);
+}
+
+/* ---- the rest of a layer ---- */
+
+static void rms_norm(const float *x, const uint16_t *weight, int dim, float eps, float *out) {
+  float ss = 0;
+  for (int i = 0; i < dim; i++) ss += x[i] * x[i];
+  float r = 1.0f / sqrtf(ss / dim + eps);
+  for (int i = 0; i < dim; i++) out[i] = x[i] * r * bf16_to_f32(weight[i]);
+}
+
+/* Rotary embedding on one head, rotating halves (the torch code's rotate_half). */
+static void rotate(float *v, const float *cos, const float *sin, int hd) {
+  int h = hd / 2;
+  for (int i = 0; i < h; i++) {
+    float a = v[i], b = v[i + h];
+    v[i] = a * cos[i] - b * sin[i];
+    v[i + h] = b * cos[i + h] + a * sin[i + h];
+  }
+}
+
+/* e^x for 8 lanes (Cephes' expf: relative error ~1e-7). Results of x <= -88 are exactly 0. */
+static inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-88.0f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* act[i] = silu(gate[i]) * up[i], 8 at a time (n is a multiple of 8). */
+static void swiglu(const float *gate, const float *up, int n, float *act) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int i = 0; i < n; i += 8) {
+    __m256 g = _mm256_loadu_ps(gate + i);
+    __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    _mm256_storeu_ps(act + i, _mm256_mul_ps(_mm256_mul_ps(g, sig), _mm256_loadu_ps(up + i)));
+  }
+}
+
+/* The query heads that share KV head `kv_head`, for token t, against the positions it may
+   see: the first `start` of the cache, then the new ones its row of `local` allows. Those are
+   listed in order first (`seen`), so that every sum runs over the same sequence as in a
+   one-token pass at the token's place. Each key and value row is read once for all heads.
+   q: the group's heads one after another (rotated); scores: heads * (start + T + 8) floats;
+   seen: start + T ints. */
+static void attend(const Model *m, int layer, int kv_head, int heads, const float *q, int T, int t, int start,
+                   const uint8_t *local, float *scores, int *seen, float *out) {
+  const int hd = m->head_dim;
+  int count = 0;
+  for (int j = 0; j < start; j++) seen[count++] = j;
+  for (int u = 0; u < T; u++)
+    if (local[t * T + u]) seen[count++] = start + u;
+  const int padded = (count + 7) / 8 * 8;
+  const size_t base = ((size_t)layer * m->n_kv_heads + kv_head) * m->max_len * hd;
+  const uint16_t *k = m->k_cache + base, *v = m->v_cache + base;
+  const float scale = 1.0f / sqrtf((float)hd);
+  float best[MAX_GROUP], total[MAX_GROUP];
+  for (int h = 0; h < heads; h++) {
+    best[h] = -INFINITY;
+    for (int i = count; i < padded; i++) scores[h * padded + i] = -INFINITY;
+  }
+  for (int i = 0; i < count; i++) {
+    __m256 row[MAX_HEAD_DIM / 8];
+    for (int d = 0; d < hd / 8; d++) row[d] = load_bf16x8(k + (size_t)seen[i] * hd + 8 * d);
+    for (int h = 0; h < heads; h++) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int d = 0; d < hd / 8; d++) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + 8 * d), row[d], acc);
+      float score = sum8(acc) * scale;
+      scores[h * padded + i] = score;
+      best[h] = score > best[h] ? score : best[h];
+    }
+  }
+  for (int h = 0; h < heads; h++) { /* the padding's -inf gives exactly 0 */
+    __m256 sum = _mm256_setzero_ps(), top = _mm256_set1_ps(best[h]);
+    for (int i = 0; i < padded; i += 8) {
+      __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + h * padded + i), top));
+      _mm256_storeu_ps(scores + h * padded + i, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    total[h] = sum8(sum);
+  }
+  __m256 acc[MAX_GROUP][MAX_HEAD_DIM / 8];
+  for (int h = 0; h < heads; h++)
+    for (int d = 0; d < hd / 8; d++) acc[h][d] = _mm256_setzero_ps();
+  for (int i = 0; i < count; i++) {
+    __m256 row[MAX_HEAD_DIM / 8];
+    for (int d = 0; d < hd / 8; d++) row[d] = load_bf16x8(v + (size_t)seen[i] * hd + 8 * d);
+    for (int h = 0; h < heads; h++) {
+      __m256 p = _mm256_set1_ps(scores[h * padded + i]);
+      for (int d = 0; d < hd / 8; d++) acc[h][d] = _mm256_fmadd_ps(p, row[d], acc[h][d]);
+    }
+  }
+  for (int h = 0; h < heads; h++) {
+    __m256 inverse = _mm256_set1_ps(1.0f / total[h]);
+    for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(out + h * hd + 8 * d, _mm256_mul_ps(acc[h][d], inverse));
+  }
+}
+
+/* ---- threads ---- */
+
+typedef struct {
+  atomic_int waiting, generation;
+  int threads;
+} Barrier;
+
+/* Spins: a pass is milliseconds long and its threads are all busy, so sleeping would cost more. */
+static void barrier_wait(Barrier *b) {
+  int generation = atomic_load(&b->generation);
+  if (atomic_fetch_add(&b->waiting, 1) == b->threads - 1) {
+    atomic_store(&b->waiting, 0);
+    atomic_fetch_add(&b->generation, 1);
+  } else {
+    while (atomic_load(&b->generation) == generation) _mm_pause();
+  }
+}
+
+typedef struct {
+  const Model *m;
+  int T, start, threads;
+  const int32_t *pos;
+  const uint8_t *local;
+  float *x, *logits, *qkv, *attn, *act, *gate_up; /* shared by the threads */
+  char *private_memory;                            /* each thread's own, `private_bytes` apart */
+  size_t private_bytes, products_bytes;
+  Barrier barrier;
+  atomic_int ready; /* set once `threads` says how many threads did start */
+} Pass;
+
+typedef struct {
+  Pass *pass;
+  int id;
+} Worker;
+
+static void share(int n, int id, int threads, int *begin, int *end) {
+  *begin = (int)((long)n * id / threads);
+  *end = (int)((long)n * (id + 1) / threads);
+}
+
+static void norm_rows(const Pass *p, const uint16_t *weight, float *out) {
+  for (int t = 0; t < p->T; t++)
+    rms_norm(p->x + (size_t)t * p->m->dim, weight, p->m->dim, p->m->eps, out + (size_t)t * p->m->dim);
+}
+
+/* One thread's part of every step; threads meet at a barrier wherever a step reads what
+   others wrote. Norms are computed by every thread for itself: cheaper than a meeting. */
+static void *run_worker(void *arg) {
+  Worker *wk = arg;
+  Pass *p = wk->pass;
+  while (!atomic_load(&p->ready)) _mm_pause();
+  const Model *m = p->m;
+  const int T = p->T, id = wk->id, nt = p->threads, D = m->dim, hd = m->head_dim;
+  const int nh = m->n_heads, nkv = m->n_kv_heads, group = nh / nkv, F = m->ffn_dim;
+  const int nqkv = (nh + 2 * nkv) * hd;
+  char *own = p->private_memory + (size_t)id * p->private_bytes;
+  void *products = own; /* matmul's scratch, then the normed rows, scores and positions seen */
+  float *h = (float *)(own + p->products_bytes), *scores = h + (size_t)T * D;
+  int *seen = (int *)(scores + (size_t)group * (p->start + T + 8));
+  int a, b;
+  for (int l = 0; l < m->n_layers; l++) {
+    const Layer *L = &m->layers[l];
+    norm_rows(p, L->attn_norm, h);
+    share(nqkv, id, nt, &a, &b);
+    matmul(&L->wqkv, h, T, p->qkv, nqkv, a, b, 0, products);
+    if (L->bqkv) add_bias(L->bqkv, T, p->qkv, nqkv, a, b);
+    barrier_wait(&p->barrier);
+    share(nkv * T, id, nt, &a, &b);
+    for (int i = a; i < b; i++) { /* rotate the new keys and queries; keys and values to the cache */
+      int t = i / nkv, g = i % nkv;
+      const float *cos = m->cos + (size_t)p->pos[t] * hd, *sin = m->sin + (size_t)p->pos[t] * hd;
+      float *q = p->qkv + (size_t)t * nqkv + g * group * hd, *k = p->qkv + (size_t)t * nqkv + (nh + g) * hd;
+      for (int j = 0; j < group; j++) rotate(q + j * hd, cos, sin, hd);
+      rotate(k, cos, sin, hd);
+      size_t at = (((size_t)l * nkv + g) * m->max_len + p->start + t) * hd;
+      for (int d = 0; d < hd; d++) {
+        m->k_cache[at + d] = f32_to_bf16(k[d]);
+        m->v_cache[at + d] = f32_to_bf16(k[nkv * hd + d]);
+      }
+    }
+    barrier_wait(&p->barrier);
+    for (int i = a; i < b; i++) {
+      int t = i / nkv, g = i % nkv;
+      attend(m, l, g, group, p->qkv + (size_t)t * nqkv + g * group * hd, T, t, p->start, p->local, scores, seen,
+             p->attn + (size_t)t * nh * hd + g * group * hd);
+    }
+    barrier_wait(&p->barrier);
+    share(D, id, nt, &a, &b);
+    matmul(&L->wo, p->attn, T, p->x, D, a, b, 1, products);
+    barrier_wait(&p->barrier);
+    /* MLP: each thread takes matching gate and up rows, so it can apply SiLU itself */
+    norm_rows(p, L->ffn_norm, h);
+    share(F / 8, id, nt, &a, &b);
+    a *= 8, b *= 8;
+    matmul(&L->w_gate_up, h, T, p->gate_up, 2 * F, a, b, 0, products);
+    matmul(&L->w_gate_up, h, T, p->gate_up, 2 * F, F + a, F + b, 0, products);
+    for (int t = 0; t < T; t++)
+      swiglu(p->gate_up + (size_t)t * 2 * F + a, p->gate_up + (size_t)t * 2 * F + F + a, b - a,
+             p->act + (size_t)t * F + a);
+    barrier_wait(&p->barrier);
+    share(D, id, nt, &a, &b);
+    matmul(&L->w_down, p->act, T, p->x, D, a, b, 1, products);
+    barrier_wait(&p->barrier);
+  }
+  norm_rows(p, m->norm, h);
+  if (p->logits) {
+    share(m->head.rows, id, nt, &a, &b);
+    matmul(&m->head, h, T, p->logits, m->head.rows, a, b, 0, products);
+  }
+  barrier_wait(&p->barrier); /* everyone has read x: thread 0 may replace it */
+  if (id == 0) memcpy(p->x, h, sizeof(float) * (size_t)T * D);
+  return NULL;
+}
+
+/* A pass of T tokens at cache positions start..start+T-1 (rotary positions `pos`; new token t
+   attends to new token u iff local[t * T + u]). x [T, dim]: the input vectors, replaced by the
+   final normed hidden states. logits [T, head.rows], or NULL for none. Returns 0, or -1 when
+   out of memory. */
+int draftline_forward(const Model *m, int T, int start, const int32_t *pos, const uint8_t *local, float *x,
+                      float *logits, int threads) {
+  if (threads < 1) threads = 1;
+  if (threads > MAX_THREADS) threads = MAX_THREADS;
+  const int D = m->dim, F = m->ffn_dim, nh = m->n_heads, hd = m->head_dim;
+  const int nqkv = (nh + 2 * m->n_kv_heads) * hd, group = nh / m->n_kv_heads;
+  int widest = D > F ? D : F;
+  widest = nh * hd > widest ? nh * hd : widest;
+  const size_t shared = sizeof(float) * (size_t)T * (nqkv + nh * hd + 3 * F);
+  const size_t products = (matmul_scratch(T, widest) + 63) / 64 * 64;
+  const size_t own = (products + sizeof(float) * ((size_t)T * D + (size_t)group * (start + T + 8)) +
+                      sizeof(int) * (start + T) + 63) / 64 * 64;
+  char *memory = aligned_alloc(64, (shared + 63) / 64 * 64 + own * threads);
+  if (!memory) return -1;
+  Pass pass = {.m = m, .T = T, .start = start, .threads = threads, .pos = pos, .local = local, .x = x,
+               .logits = logits, .qkv = (float *)memory, .private_bytes = own, .products_bytes = products};
+  pass.attn = pass.qkv + (size_t)T * nqkv;
+  pass.act = pass.attn + (size_t)T * nh * hd;
+  pass.gate_up = pass.act + (size_t)T * F;
+  pass.private_memory = memory + (shared + 63) / 64 * 64;
+  atomic_init(&pass.barrier.waiting, 0);
+  atomic_init(&pass.barrier.generation, 0);
+  atomic_init(&pass.ready, 0);
+  pthread_t ids[MAX_THREADS];
+  Worker workers[MAX_THREADS];
+  int started = 1;
+  for (int i = 0; i < threads; i++) workers[i] = (Worker){&pass, i};
+  while (started < threads && pthread_create(&ids[started], NULL, run_worker, &workers[started]) == 0) started++;
+  pass.threads = pass.barrier.threads = started; /* fewer if the system refused a thread */
+  atomic_store(&pass.ready, 1);
+  run_worker(&workers[0]);
+  for (int i = 1; i < started; i++) pthread_join(ids[i], NULL);
+  free(memory);
+  return 0;
+}
