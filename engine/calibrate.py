@@ -1,8 +1,9 @@
 """Measuring, on the machine it runs on, what the target's passes cost, and choosing kernels.
 
-- Prefill kernel: the torch backend can run prefill passes in its stored format or in fp32 or
-  bf16 (engine/kernels.py). Which is fastest differs 5-10x between CPUs of the same family,
-  so each candidate is timed on two layers.
+- Prefill kernel: the torch backend can run prefill passes in its stored format ("native":
+  the C decoder of engine/native/ where it runs, else torch's kernels) or in fp32 or bf16
+  (engine/kernels.py). Which is fastest differs 5-10x between CPUs of the same family, so each
+  candidate is timed (torch's on two layers).
 - Pass costs by width, thread count and kernel: decoding chooses draft lengths from them
   (engine/draft_length.py). On a small CPU a one-token pass is fastest on one thread (two
   threads spend more on synchronising the small matmuls than they save), while a 9-token

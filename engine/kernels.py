@@ -1,4 +1,6 @@
-"""How the torch backend multiplies by its weight matrices.
+"""How the torch backend multiplies by its weight matrices, where the native decoder
+(engine/native/, C) does not run the model: on CPUs without AVX2, without a C compiler, or for
+families it does not compute. Int4/int8 models elsewhere only keep their weights here.
 
 Weights are stored in the model's own format: weight-only int8 or int4 (a GGUF's 4-bit blocks
 as they are), bf16 or fp32. A one-token decoding pass uses that format: it is bound by the

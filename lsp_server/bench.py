@@ -236,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
     report = {
         "model": {"target": str(model_path), "draft": args.draft, "dtype": dtype,
                   "backend": type(engine.target).__name__, "weight_bytes": weight_bytes,
+                  # the C decoder of int4/int8 models (engine/native/), where it runs
+                  "native_decoder": getattr(engine.target, "native", None) is not None,
                   "calibration": engine.calibration.as_dict() if engine.calibration else None},
         "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "torch": torch.__version__, "copy_bandwidth_gb_s": round(copy_bandwidth_gb_s(), 2)},

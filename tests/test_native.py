@@ -87,6 +87,19 @@ def test_a_token_tree_computes_each_branch_as_a_chain(quantized, tokens):
         assert torch.equal(tree[nodes], chain)
 
 
+def test_a_prefill_records_the_same_features_as_decoding(quantized, tokens):
+    """A feature-conditioned draft reads the final normed states of the target's prefill:
+    they must be what a decoding pass of the same tokens records (normed once)."""
+    model, _ = quantized
+    model.record_features()
+    model.truncate(0)
+    model.forward(tokens[:PREFIX], logits=False)
+    prefilled = model.features[:PREFIX].clone()
+    model.truncate(0)
+    model.forward(tokens[:PREFIX])
+    assert torch.equal(model.features[:PREFIX], prefilled)
+
+
 def test_logits_are_as_close_to_the_dequantized_model_as_the_torch_kernels(quantized, tokens):
     """The reference is the fp32 model on the same (dequantized) weights. The native
     decoder must be at least as close to it as the torch code's bf16 kernels are, and pick

@@ -4,6 +4,8 @@ Rotary embeddings (with rope scaling, engine/rope.py), grouped-query attention, 
 head; what differs between families (RMSNorm or LayerNorm, SwiGLU or GELU MLP, biases, q/k
 norm) comes from engine/architectures.py. Q/K/V and gate/up are fused into one matmul each:
 on a CPU most of a one-token pass is per-op overhead. Runs on the CPU, or on CUDA when asked.
+On a CPU the passes of an int4/int8 model run in C where they can (engine/native/): this
+module then holds the weights and the KV cache, and runs the other kernels' passes.
 """
 from __future__ import annotations
 
@@ -216,15 +218,15 @@ class TorchLlama(Backend):
         kernel = self.prefill_kernel
         if logits:
             kernel = self.kernel_by_width[min(n, len(self.kernel_by_width) - 1)] if self.kernel_by_width else "native"
-        if kernel == "native" and self.native is not None:
+        if kernel == "native" and self.native is not None:  # returns the normed states
             pos, local = self._positions(start, n, parents)
             x, out = self.native.forward(x, start, pos, local, logits, torch.get_num_threads())
+            self.tokens.extend(tokens)
         else:
             x, out = self._layers(x, start, parents, len(self.layers), kernel), None
-        self.tokens.extend(tokens)
-        if not logits and self.features is None:
-            return None
-        if out is None:
+            self.tokens.extend(tokens)
+            if not logits and self.features is None:
+                return None
             x = norm(x, self.norm, self.norm_bias, self.config.rms_eps, self.family.norm)
         x = x.to(self.dtype)
         if self.features is not None:
