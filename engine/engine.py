@@ -71,9 +71,7 @@ class Engine:
         pass_cost = calibration.pass_cost
         draft_cost = 0.0
         if drafter is not None:
-            if hasattr(target, "threads_by_width"):
-                drafter.backend.threads_by_width = target.threads_by_width  # its passes are 1 token
-            draft_cost = measure_pass_costs(drafter.backend, 1)[1]
+            draft_cost = _draft_pass_cost(drafter.backend, max_threads)
             drafter.tune(pass_cost, draft_cost)
         engine = cls(target, tokenizer, drafter, pass_cost=pass_cost, draft_cost=draft_cost)
         engine.calibration, engine.dtype = calibration, dtype
@@ -167,6 +165,19 @@ class Engine:
             gen = generate_speculative(self.target, drafter, tokens, request, self.vocabulary,
                                        draft_length, owed)
         return Completion(gen.text, gen.tokens, gen.stats)
+
+
+def _draft_pass_cost(draft: Backend, max_threads: int) -> float:
+    """Seconds per one-token pass of the draft model, on the thread count it runs fastest
+    with (kept for it): its shape is not the target's, so the target's choice may not suit it."""
+    if not hasattr(draft, "threads_by_width"):
+        return measure_pass_costs(draft, 1)[1]
+    costs = {}
+    for threads in sorted({1, max_threads}):
+        draft.threads_by_width = [threads]
+        costs[threads] = measure_pass_costs(draft, 1)[1]
+    draft.threads_by_width = [min(costs, key=costs.get)]
+    return min(costs.values())
 
 
 def _load_drafter(spec: str | None, target: Backend, tokenizer: Tokenizer, dtype: str | None,
