@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from engine import native
 from engine.architectures import FAMILIES
 from engine.backends.torch_llama import TorchLlama
 from engine.tokenization import load_tokenizer
@@ -229,6 +230,8 @@ def test_int4_computes_the_files_q4_k_weights(zoo, family):
     file = zoo / f"{family}-q4_k.gguf"
     model = TorchLlama(load_weights(file, four_bit=True), max_len=128, quant="int4")
     assert any(isinstance(w, Int4Weight) for layer in model.layers for w in vars(layer).values())
+    if native.load_library() is not None:  # the C decoder computes these two (docs/native.md)
+        assert (model.native is not None) == (family in ("llama", "qwen2"))
     want = hf_tiny.logits(reference(zoo / family, file), IDS)
     got = model.forward(IDS)
     assert (got - want).abs().max() < 0.05 * want.abs().max()
