@@ -26,6 +26,7 @@ if native.load_library() is None:
 
 PREFIX = 160  # prompt positions in the cache before the decoded ones
 STEPS = 13  # tokens decoded after it
+WIDE = 40  # a pass wider than the decoding tiles
 
 
 @pytest.fixture(scope="module", params=["int4", "int8"])
@@ -37,7 +38,7 @@ def quantized(request) -> tuple[TorchLlama, LoadedWeights]:
 
 @pytest.fixture(scope="module")
 def tokens() -> list[int]:
-    return load_tokenizer(embedded_target_path()).encode(stdlib_text("textwrap.py"))[:PREFIX + STEPS]
+    return load_tokenizer(embedded_target_path()).encode(stdlib_text("textwrap.py"))[:PREFIX + WIDE]
 
 
 def _fp32_twin(weights: LoadedWeights, model: TorchLlama) -> TorchLlama:
@@ -71,6 +72,13 @@ def test_a_token_is_computed_alike_whatever_the_pass_width_and_threads(quantized
     one_by_one = _decode(model, tokens, [1] * STEPS)
     for widths, threads in [([STEPS], 2), ([4, 9], 2), ([2, 3, 8], 1), ([STEPS], 1), ([1] * STEPS, 1)]:
         assert torch.equal(_decode(model, tokens, widths, threads), one_by_one), (widths, threads)
+
+
+def test_a_prompt_wide_pass_computes_each_token_as_decoding_does(quantized, tokens):
+    """Passes wider than the decoding tiles (prefill) take another route through the
+    products (rows dequantized once per block); the results must not change."""
+    model, _ = quantized
+    assert torch.equal(_decode(model, tokens, [WIDE]), _decode(model, tokens, [1] * WIDE))
 
 
 def test_a_token_tree_computes_each_branch_as_a_chain(quantized, tokens):

@@ -26,7 +26,7 @@ enum { INT4_TOKENS = 16, INT8_TOKENS = 8, MAX_ROWS = 4, ROW_BLOCK = 16 }; /* a t
 
 /* A group's 16 possible weights, rounded to bf16, looked up by its 32 levels (even columns
    first, as the activations are laid out). */
-static inline __m512bh int4_group(const Matrix *w, int n, int g) {
+static inline __attribute__((always_inline)) __m512bh int4_group(const Matrix *w, int n, int g) {
   const int G = w->cols / GROUP;
   const __m512 centred = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8);
   __m512 values = _mm512_fmadd_ps(centred, _mm512_set1_ps(bf16_to_f32(w->scale[(size_t)n * G + g])),
@@ -64,11 +64,12 @@ static void split_rows(const float *x, int T, int K, int padded, uint8_t *parts,
     const float *row = x + (size_t)t * K;
     uint8_t *u1 = parts + (size_t)2 * t * padded, *u2 = u1 + padded;
     float amax = 0;
-    for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(row[k]));
+    for (int k = 0; k < K; k++) amax = fabsf(row[k]) > amax ? fabsf(row[k]) : amax; /* not fmaxf: a libm call */
     float scale = amax > 0 ? amax / 127 : 1, inverse = 1 / scale;
     for (int k = 0; k < K; k++) {
       float q1 = nearbyintf(row[k] * inverse);
-      float q2 = fminf(fmaxf(nearbyintf((row[k] - q1 * scale) * inverse * 256), -127), 127);
+      float q2 = nearbyintf((row[k] - q1 * scale) * inverse * 256);
+      q2 = q2 > 127 ? 127 : q2 < -127 ? -127 : q2;
       u1[k] = (uint8_t)(q1 + 128);
       u2[k] = (uint8_t)(q2 + 128);
     }
@@ -106,6 +107,9 @@ static inline __attribute__((always_inline)) void int8_tile(const Matrix *w, con
 
 /* ---- tiles ---- */
 
+#define CASES_6(TILE, R)                                                                           \
+    case 1: TILE(R, 1); break; case 2: TILE(R, 2); break; case 3: TILE(R, 3); break;               \
+    case 4: TILE(R, 4); break; case 5: TILE(R, 5); break;
 #define CASES_8(TILE, R)                                                                           \
     case 1: TILE(R, 1); break; case 2: TILE(R, 2); break; case 3: TILE(R, 3); break;               \
     case 4: TILE(R, 4); break; case 5: TILE(R, 5); break; case 6: TILE(R, 6); break;               \
@@ -139,6 +143,57 @@ static void int8_rows(const Matrix *w, const uint8_t *parts, int padded, const f
   ROWS(INT8_CASES, INT8_TILE, C <= 2 ? 4 : 1);
 }
 
+/* Prefill widths: the rows of a block are dequantized once into `block` (bf16 groups), then
+   multiplied in tiles of up to 4 rows by 6 tokens, so that each weight and activation vector
+   loaded feeds several products. A (row, token) result is the same sequence of vdpbf16ps over
+   the same bf16 groups as in int4_tile, so it equals what a narrow pass computes. */
+enum { GEMM_ROWS = 4, GEMM_TOKENS = 6 };
+
+static inline __attribute__((always_inline)) void gemm_tile(const __m512bh *block, int G, const __m512bh *x, int R,
+                                                            int C, int n, float *y, int ldy, int add) {
+  __m512 acc[GEMM_ROWS][GEMM_TOKENS];
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();
+  for (int g = 0; g < G; g++)
+    for (int r = 0; r < R; r++) {
+      __m512bh wv = block[(size_t)r * G + g];
+      for (int t = 0; t < C; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], x[(size_t)t * G + g], wv);
+    }
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < C; t++) {
+      float v = _mm512_reduce_add_ps(acc[r][t]), *out = y + (size_t)t * ldy + n + r;
+      *out = add ? *out + v : v;
+    }
+}
+
+static void int4_gemm(const Matrix *w, const __m512bh *x, int T, int n0, int n1, float *y, int ldy, int add,
+                      __m512bh *block) {
+  const int G = w->cols / GROUP;
+  for (int b0 = n0; b0 < n1; b0 += ROW_BLOCK) {
+    const int rows = b0 + ROW_BLOCK < n1 ? ROW_BLOCK : n1 - b0;
+    for (int r = 0; r < rows; r++)
+      for (int g = 0; g < G; g++) block[(size_t)r * G + g] = int4_group(w, b0 + r, g);
+    for (int t0 = 0; t0 < T; t0 += GEMM_TOKENS) {
+      const int C = T - t0 < GEMM_TOKENS ? T - t0 : GEMM_TOKENS;
+      const __m512bh *xc = x + (size_t)t0 * G;
+      float *yc = y + (size_t)t0 * ldy;
+      for (int r = 0; r < rows; r += GEMM_ROWS) {
+        const __m512bh *rc = block + (size_t)r * G;
+#define GEMM_TILE(R, C) gemm_tile(rc, G, xc, R, C, b0 + r, yc, ldy, add)
+        if (rows - r >= GEMM_ROWS) {
+          switch (C) { CASES_6(GEMM_TILE, GEMM_ROWS) default: GEMM_TILE(GEMM_ROWS, 6); break; }
+        } else {
+#define GEMM_TILE_ONE(R, C) gemm_tile(rc, G, xc, R, C, one, yc, ldy, add)
+          for (int one = b0 + r; one < b0 + rows; one++) {
+            rc = block + (size_t)(one - b0) * G;
+            switch (C) { CASES_6(GEMM_TILE_ONE, 1) default: GEMM_TILE_ONE(1, 6); break; }
+          }
+        }
+      }
+    }
+  }
+}
+
 /* int4 activations: bf16, each group of 32 as (even columns, odd columns). */
 static void to_bf16_groups(const float *x, int T, int K, __m512bh *out) {
   const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
@@ -154,10 +209,15 @@ static void to_bf16_groups(const float *x, int T, int K, __m512bh *out) {
 
 void matmul(const Matrix *w, const float *x, int T, float *y, int ldy, int n0, int n1, int add, void *scratch) {
   const int K = w->cols, padded = (K + 63) / 64 * 64;
-  if (w->format == INT4)
+  if (w->format == INT4) {
     to_bf16_groups(x, T, K, scratch);
-  else
+    if (T > INT4_TOKENS) { /* the block of dequantized rows follows the activations */
+      int4_gemm(w, scratch, T, n0, n1, y, ldy, add, (__m512bh *)((char *)scratch + ((size_t)2 * T * K + 63) / 64 * 64));
+      return;
+    }
+  } else {
     split_rows(x, T, K, padded, scratch, (float *)((uint8_t *)scratch + (size_t)2 * T * padded));
+  }
   /* blocks of rows small enough to stay in cache while every chunk of tokens passes over them */
   for (int b0 = n0; b0 < n1; b0 += ROW_BLOCK) {
     const int b1 = b0 + ROW_BLOCK < n1 ? b0 + ROW_BLOCK : n1;

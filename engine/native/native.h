@@ -26,7 +26,7 @@ static inline uint16_t f32_to_bf16(float f) { /* round to nearest even, as torch
 }
 
 /* Bytes of scratch `matmul` needs for T tokens of a matrix with `cols` columns (64-aligned). */
-static inline size_t matmul_scratch(int T, int cols) { return (size_t)T * (4 * (size_t)cols + 64); }
+static inline size_t matmul_scratch(int T, int cols) { return (size_t)T * (4 * (size_t)cols + 64) + 64 * (size_t)cols + 64; }
 
 /* y[t, n] (+)= x[t] . w[n] for t < T and n0 <= n < n1, where x is [T, w->cols] float32 and
    scratch has matmul_scratch(T, w->cols) bytes, 64-aligned. Each (t, n) is computed alike
