@@ -16,7 +16,7 @@ from engine.draft_length import DraftLength
 from engine.draft_loading import load_embedded_draft
 from engine.drafters.base import ModelDrafter
 from engine.drafters.draft_model import DraftModel
-from engine.drafters.hybrid import Hybrid
+from engine.drafters.hybrid import Hybrid, lookup_branches
 from engine.drafters.prompt_lookup import PromptLookup
 from engine.errors import EngineError
 from engine.healing import Healer
@@ -157,7 +157,8 @@ class Engine:
             gen = generate_autoregressive(self.target, tokens, request, self.vocabulary, owed)
         else:
             drafter = {"lookup": self.lookup, "draft": self.draft,
-                       "hybrid": Hybrid(self.lookup, self.draft)}[mode]
+                       "hybrid": Hybrid(self.lookup, self.draft,
+                                        lookup_candidates=lookup_branches(self.pass_cost))}[mode]
             # In hybrid most drafts are lookup's, which cost nothing; the model's own chains
             # stop on its confidence (feature_draft.py).
             draft_length = DraftLength(self.k_max, self.pass_cost,

@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from engine.architectures import FAMILIES
 from engine.backends.base import Backend
 from engine.errors import EngineError
-from engine.native import decoder_for
 from engine.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, compute_dtype, fuse, int8_product, linear,
                             to_format, weight_nbytes)
+from engine.native import decoder_for
 from engine.rope import rope_tables
 from engine.weights import LlamaConfig, LoadedWeights
 
@@ -175,7 +175,7 @@ class TorchLlama(Backend):
         cos, sin = rope_tables(self.max_len, hd, c.rope_theta, c.rope_scaling)
         self.cos = cos.to(device=self.device, dtype=self.dtype)
         self.sin = sin.to(device=self.device, dtype=self.dtype)
-        # Decoding passes of an int4/int8 model run in C where it can (engine/native/).
+        # The passes of an int4/int8 model run in C where they can (engine/native/).
         self.native = decoder_for(self) if quant else None
 
     @property
@@ -218,17 +218,14 @@ class TorchLlama(Backend):
         kernel = self.prefill_kernel
         if logits:
             kernel = self.kernel_by_width[min(n, len(self.kernel_by_width) - 1)] if self.kernel_by_width else "native"
-        if kernel == "native" and self.native is not None:  # returns the normed states
+        if kernel == "native" and self.native is not None:  # returns the final normed states
             pos, local = self._positions(start, n, parents)
             x, out = self.native.forward(x, start, pos, local, logits, torch.get_num_threads())
-            self.tokens.extend(tokens)
         else:
             x, out = self._layers(x, start, parents, len(self.layers), kernel), None
-            self.tokens.extend(tokens)
-            if not logits and self.features is None:
-                return None
-            x = norm(x, self.norm, self.norm_bias, self.config.rms_eps, self.family.norm)
-        x = x.to(self.dtype)
+            if logits or self.features is not None:
+                x = norm(x, self.norm, self.norm_bias, self.config.rms_eps, self.family.norm).to(self.dtype)
+        self.tokens.extend(tokens)
         if self.features is not None:
             self.features[start:start + n] = x
         if not logits:
@@ -264,7 +261,8 @@ class TorchLlama(Backend):
     def release_plain_layouts(self) -> None:
         """Once the kernels are chosen: where nothing will dequantize the int4 matrices again
         (no copy to make, prefill in the stored format), keep only torch's packed layout of
-        each, halving an int4 model's memory. The embedding keeps its own for row lookups."""
+        each, halving an int4 model's memory. The embedding keeps its own for row lookups.
+        The native decoder reads the plain layout (and torch never packs it then)."""
         if self.prefill_kernel != "native" or self.copy_kernel is not None or self.native is not None:
             return
         for w in [self.head] + [getattr(layer, m) for layer in self.layers

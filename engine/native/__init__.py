@@ -114,8 +114,6 @@ def _pointer(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-
-
 def _usable(w: object) -> bool:
     """A matrix the C code reads as it is: int4 with its plain layout, or int8, row-major,
     with rows a whole number of 32-column blocks."""
@@ -127,12 +125,12 @@ def _usable(w: object) -> bool:
 
 
 class NativeDecoder:
-    """Runs the decoding passes of one TorchLlama (engine/backends/torch_llama.py) in C.
-    Holds references to nothing but what the model already owns, plus fp32 rotary tables."""
+    """Runs the passes of one TorchLlama (engine/backends/torch_llama.py) in C, on the weights
+    and KV cache the model owns (it keeps only fp32 rotary tables and int8 row sums)."""
 
     def __init__(self, lib: ctypes.CDLL, model) -> None:
         c = model.config
-        self.lib, self.model = lib, model
+        self.lib = lib
         self.cos, self.sin = (t.float().contiguous() for t in (model.cos, model.sin))
         self._row_sums: list[torch.Tensor] = []  # of the int8 matrices, kept alive here
         self._layers = (_Layer * len(model.layers))(*[
@@ -178,7 +176,7 @@ class NativeDecoder:
         bool: which new tokens each may attend to). Returns the final normed hidden states
         (float32) and float32 logits [n, head rows] (None unless `logits`)."""
         n = len(x)
-        x = x.float().contiguous()
+        x = x.to(torch.float32, copy=True)  # the C code writes the normed states into it
         pos = positions.to(torch.int32).contiguous()
         mask = local.to(torch.uint8).contiguous()
         out = torch.empty(n, self._struct.head.rows) if logits else None
