@@ -16,6 +16,7 @@ Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__in
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -170,14 +171,23 @@ typedef struct {
   int threads;
 } Barrier;
 
-/* Spins: a pass is milliseconds long and its threads are all busy, so sleeping would cost more. */
+/* Spins: a pass is milliseconds long and its threads are all busy, so sleeping would cost
+   more. After a while it yields the core, in case another process holds the one a late
+   thread needs. */
+static void spin_until_changed(atomic_int *value, int from) {
+  for (long spins = 0; atomic_load(value) == from; spins++) {
+    if (spins < 20000) _mm_pause();
+    else sched_yield();
+  }
+}
+
 static void barrier_wait(Barrier *b) {
   int generation = atomic_load(&b->generation);
   if (atomic_fetch_add(&b->waiting, 1) == b->threads - 1) {
     atomic_store(&b->waiting, 0);
     atomic_fetch_add(&b->generation, 1);
   } else {
-    while (atomic_load(&b->generation) == generation) _mm_pause();
+    spin_until_changed(&b->generation, generation);
   }
 }
 
@@ -213,7 +223,7 @@ static void norm_rows(const Pass *p, const uint16_t *weight, float *out) {
 static void *run_worker(void *arg) {
   Worker *wk = arg;
   Pass *p = wk->pass;
-  while (!atomic_load(&p->ready)) _mm_pause();
+  spin_until_changed(&p->ready, 0);
   const Model *m = p->m;
   const int T = p->T, id = wk->id, nt = p->threads, D = m->dim, hd = m->head_dim;
   const int nh = m->n_heads, nkv = m->n_kv_heads, group = nh / nkv, F = m->ffn_dim;
