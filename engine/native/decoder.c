@@ -1,15 +1,16 @@
-/* One decoding pass of a Llama-family model with weight-only int4/int8 matrices, on the CPU.
+/* One pass of a Llama-family model with weight-only int4/int8 matrices, on the CPU: a prefill
+chunk, a decoding step or a verification pass of a chain or a token tree.
 
 Why: in eager PyTorch a one-token pass of a small model is mostly per-op overhead (~1,600 ops
 of ~7 us each), and torch's int4/int8 kernels convert weights per block of rows, so a 13-token
 verification pass costs 2.4x a one-token pass. Here a whole pass is one call: every layer's
-norm, matmuls, rotary, cache writes and attention, then the final norm and the head.
+norm, products (matmul.c), rotary, cache writes and attention, then the final norm and the head.
 
 Exactness by construction: every output element (a row of a matrix times a token's vector, a
 query head's attention for one token) is computed by one thread with a fixed order of
 operations that does not depend on the pass width, the thread count or the other tokens, so
 a token's logits are bitwise the same in a 13-token pass as in a one-token pass. Activations
-and sums are float32; the KV cache is bf16, shared with the torch code (prefill).
+and sums are float32; the KV cache is bf16, shared with the torch code.
 
 Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__init__.py).
 */
