@@ -106,63 +106,83 @@ static void swiglu(const float *gate, const float *up, int n, float *act) {
   }
 }
 
-/* The query heads that share KV head `kv_head`, for token t, against the positions it may
-   see: the first `start` of the cache, then the new ones its row of `local` allows. Those are
-   listed in order first (`seen`), so that every sum runs over the same sequence as in a
-   one-token pass at the token's place. Each key and value row is read once for all heads.
-   q: the group's heads one after another (rotated); scores: heads * (start + T + 8) floats;
-   seen: start + T ints. */
-static void attend(const Model *m, int layer, int kv_head, int heads, const float *q, int T, int t, int start,
-                   const uint8_t *local, float *scores, int *seen, float *out) {
-  const int hd = m->head_dim;
-  int count = 0;
-  for (int j = 0; j < start; j++) seen[count++] = j;
-  for (int u = 0; u < T; u++)
-    if (local[t * T + u]) seen[count++] = start + u;
-  const int padded = (count + 7) / 8 * 8;
+/* The query heads that share KV head `kv_head`, for tokens t0..t1-1 of the pass (at most
+   ATTN_TOKENS), each against the positions it may see: the first `start` of the cache, then
+   the new ones its row of `local` allows. Positions are visited in order, so each token's
+   sums run over the same sequence as in a one-token pass at its place; each key and value
+   row is read from the cache once for all of these tokens and heads (at long contexts the
+   cache, not the arithmetic, is what costs). scratch: ATTN_TOKENS * heads * (start + T + 8
+   + head_dim) floats. out: the pass's attention output [T, heads of the model * head_dim]. */
+enum { ATTN_TOKENS = 4 };
+
+static void attend(const Model *m, int layer, int kv_head, const float *qkv, int nqkv, int T, int t0, int t1,
+                   int start, const uint8_t *local, float *scratch, float *out) {
+  const int hd = m->head_dim, heads = m->n_heads / m->n_kv_heads, B = t1 - t0, stride = start + T + 8;
   const size_t base = ((size_t)layer * m->n_kv_heads + kv_head) * m->max_len * hd;
   const uint16_t *k = m->k_cache + base, *v = m->v_cache + base;
   const float scale = 1.0f / sqrtf((float)hd);
-  float best[MAX_GROUP], total[MAX_GROUP];
-  for (int h = 0; h < heads; h++) {
-    best[h] = -INFINITY;
-    for (int i = count; i < padded; i++) scores[h * padded + i] = -INFINITY;
-  }
-  for (int i = 0; i < count; i++) {
+  float *scores = scratch, *acc = scratch + (size_t)ATTN_TOKENS * heads * stride; /* [b][h][i], [b][h][d] */
+  int count[ATTN_TOKENS] = {0}, sees[ATTN_TOKENS];
+  float best[ATTN_TOKENS][MAX_GROUP], total[ATTN_TOKENS][MAX_GROUP];
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < heads; h++) best[b][h] = -INFINITY;
+  for (int j = 0; j < start + T; j++) {
+    int any = 0;
+    for (int b = 0; b < B; b++) any |= sees[b] = j < start || local[(t0 + b) * T + (j - start)];
+    if (!any) continue;
     __m256 row[MAX_HEAD_DIM / 8];
-    for (int d = 0; d < hd / 8; d++) row[d] = load_bf16x8(k + (size_t)seen[i] * hd + 8 * d);
-    for (int h = 0; h < heads; h++) {
-      __m256 acc = _mm256_setzero_ps();
-      for (int d = 0; d < hd / 8; d++) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + 8 * d), row[d], acc);
-      float score = sum8(acc) * scale;
-      scores[h * padded + i] = score;
-      best[h] = score > best[h] ? score : best[h];
+    for (int d = 0; d < hd / 8; d++) row[d] = load_bf16x8(k + (size_t)j * hd + 8 * d);
+    for (int b = 0; b < B; b++) {
+      if (!sees[b]) continue;
+      const float *q = qkv + (size_t)(t0 + b) * nqkv + kv_head * heads * hd;
+      for (int h = 0; h < heads; h++) {
+        __m256 dot = _mm256_setzero_ps();
+        for (int d = 0; d < hd / 8; d++) dot = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + 8 * d), row[d], dot);
+        float score = sum8(dot) * scale;
+        scores[(size_t)(b * heads + h) * stride + count[b]] = score;
+        best[b][h] = score > best[b][h] ? score : best[b][h];
+      }
+      count[b]++;
     }
   }
-  for (int h = 0; h < heads; h++) { /* the padding's -inf gives exactly 0 */
-    __m256 sum = _mm256_setzero_ps(), top = _mm256_set1_ps(best[h]);
-    for (int i = 0; i < padded; i += 8) {
-      __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + h * padded + i), top));
-      _mm256_storeu_ps(scores + h * padded + i, e);
-      sum = _mm256_add_ps(sum, e);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < heads; h++) { /* padded with -inf, which gives exactly 0 */
+      float *row = scores + (size_t)(b * heads + h) * stride;
+      const int padded = (count[b] + 7) / 8 * 8;
+      for (int i = count[b]; i < padded; i++) row[i] = -INFINITY;
+      __m256 sum = _mm256_setzero_ps(), top = _mm256_set1_ps(best[b][h]);
+      for (int i = 0; i < padded; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + i), top));
+        _mm256_storeu_ps(row + i, e);
+        sum = _mm256_add_ps(sum, e);
+      }
+      total[b][h] = sum8(sum);
     }
-    total[h] = sum8(sum);
-  }
-  __m256 acc[MAX_GROUP][MAX_HEAD_DIM / 8];
-  for (int h = 0; h < heads; h++)
-    for (int d = 0; d < hd / 8; d++) acc[h][d] = _mm256_setzero_ps();
-  for (int i = 0; i < count; i++) {
+  memset(acc, 0, sizeof(float) * (size_t)B * heads * hd);
+  int at[ATTN_TOKENS] = {0};
+  for (int j = 0; j < start + T; j++) {
+    int any = 0;
+    for (int b = 0; b < B; b++) any |= sees[b] = j < start || local[(t0 + b) * T + (j - start)];
+    if (!any) continue;
     __m256 row[MAX_HEAD_DIM / 8];
-    for (int d = 0; d < hd / 8; d++) row[d] = load_bf16x8(v + (size_t)seen[i] * hd + 8 * d);
-    for (int h = 0; h < heads; h++) {
-      __m256 p = _mm256_set1_ps(scores[h * padded + i]);
-      for (int d = 0; d < hd / 8; d++) acc[h][d] = _mm256_fmadd_ps(p, row[d], acc[h][d]);
+    for (int d = 0; d < hd / 8; d++) row[d] = load_bf16x8(v + (size_t)j * hd + 8 * d);
+    for (int b = 0; b < B; b++) {
+      if (!sees[b]) continue;
+      for (int h = 0; h < heads; h++) {
+        __m256 p = _mm256_set1_ps(scores[(size_t)(b * heads + h) * stride + at[b]]);
+        float *a = acc + (size_t)(b * heads + h) * hd;
+        for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(a + 8 * d, _mm256_fmadd_ps(p, row[d], _mm256_loadu_ps(a + 8 * d)));
+      }
+      at[b]++;
     }
   }
-  for (int h = 0; h < heads; h++) {
-    __m256 inverse = _mm256_set1_ps(1.0f / total[h]);
-    for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(out + h * hd + 8 * d, _mm256_mul_ps(acc[h][d], inverse));
-  }
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < heads; h++) {
+      __m256 inverse = _mm256_set1_ps(1.0f / total[b][h]);
+      const float *a = acc + (size_t)(b * heads + h) * hd;
+      float *o = out + (size_t)(t0 + b) * m->n_heads * hd + (kv_head * heads + h) * hd;
+      for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(o + 8 * d, _mm256_mul_ps(_mm256_loadu_ps(a + 8 * d), inverse));
+    }
 }
 
 /* ---- threads ---- */
@@ -230,9 +250,8 @@ static void *run_worker(void *arg) {
   const int nh = m->n_heads, nkv = m->n_kv_heads, group = nh / nkv, F = m->ffn_dim;
   const int nqkv = (nh + 2 * nkv) * hd;
   char *own = p->private_memory + (size_t)id * p->private_bytes;
-  void *products = own; /* matmul's scratch, then the normed rows, scores and positions seen */
+  void *products = own; /* matmul's scratch, then the normed rows and attention's scratch */
   float *h = (float *)(own + p->products_bytes), *scores = h + (size_t)T * D;
-  int *seen = (int *)(scores + (size_t)group * (p->start + T + 8));
   int a, b;
   for (int l = 0; l < m->n_layers; l++) {
     const Layer *L = &m->layers[l];
@@ -255,10 +274,11 @@ static void *run_worker(void *arg) {
       }
     }
     barrier_wait(&p->barrier);
+    const int blocks = (T + ATTN_TOKENS - 1) / ATTN_TOKENS; /* attention: (KV head, block of tokens) */
+    share(nkv * blocks, id, nt, &a, &b);
     for (int i = a; i < b; i++) {
-      int t = i / nkv, g = i % nkv;
-      attend(m, l, g, group, p->qkv + (size_t)t * nqkv + g * group * hd, T, t, p->start, p->local, scores, seen,
-             p->attn + (size_t)t * nh * hd + g * group * hd);
+      int t0 = i / nkv * ATTN_TOKENS, t1 = t0 + ATTN_TOKENS < T ? t0 + ATTN_TOKENS : T;
+      attend(m, l, i % nkv, p->qkv, nqkv, T, t0, t1, p->start, p->local, scores, p->attn);
     }
     barrier_wait(&p->barrier);
     share(D, id, nt, &a, &b);
@@ -302,8 +322,8 @@ int draftline_forward(const Model *m, int T, int start, const int32_t *pos, cons
   widest = nh * hd > widest ? nh * hd : widest;
   const size_t shared = sizeof(float) * (size_t)T * (nqkv + nh * hd + 3 * F);
   const size_t products = (matmul_scratch(T, widest) + 63) / 64 * 64;
-  const size_t own = (products + sizeof(float) * ((size_t)T * D + (size_t)group * (start + T + 8)) +
-                      sizeof(int) * (start + T) + 63) / 64 * 64;
+  const size_t own = (products + sizeof(float) * ((size_t)T * D + (size_t)ATTN_TOKENS * group * (start + T + 8 + hd)) +
+                      63) / 64 * 64;
   char *memory = aligned_alloc(64, (shared + 63) / 64 * 64 + own * threads);
   if (!memory) return -1;
   Pass pass = {.m = m, .T = T, .start = start, .threads = threads, .pos = pos, .local = local, .x = x,
