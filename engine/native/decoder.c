@@ -115,6 +115,17 @@ static void swiglu(const float *gate, const float *up, int n, float *act) {
    + head_dim) floats. out: the pass's attention output [T, heads of the model * head_dim]. */
 enum { ATTN_TOKENS = 4 };
 
+/* Which of the tokens t0..t0+B-1 see position j (sees[b]); if any does, the cache row at j
+   (keys or values) as float32 in `row`. */
+static inline int row_seen(const uint16_t *rows, int j, int hd, int start, int T, int t0, int B,
+                           const uint8_t *local, int sees[], __m256 row[]) {
+  int any = 0;
+  for (int b = 0; b < B; b++) any |= sees[b] = j < start || local[(t0 + b) * T + (j - start)];
+  if (any)
+    for (int d = 0; d < hd / 8; d++) row[d] = load_bf16x8(rows + (size_t)j * hd + 8 * d);
+  return any;
+}
+
 static void attend(const Model *m, int layer, int kv_head, const float *qkv, int nqkv, int T, int t0, int t1,
                    int start, const uint8_t *local, float *scratch, float *out) {
   const int hd = m->head_dim, heads = m->n_heads / m->n_kv_heads, B = t1 - t0, stride = start + T + 8;
@@ -126,12 +137,9 @@ static void attend(const Model *m, int layer, int kv_head, const float *qkv, int
   float best[ATTN_TOKENS][MAX_GROUP], total[ATTN_TOKENS][MAX_GROUP];
   for (int b = 0; b < B; b++)
     for (int h = 0; h < heads; h++) best[b][h] = -INFINITY;
+  __m256 row[MAX_HEAD_DIM / 8];
   for (int j = 0; j < start + T; j++) {
-    int any = 0;
-    for (int b = 0; b < B; b++) any |= sees[b] = j < start || local[(t0 + b) * T + (j - start)];
-    if (!any) continue;
-    __m256 row[MAX_HEAD_DIM / 8];
-    for (int d = 0; d < hd / 8; d++) row[d] = load_bf16x8(k + (size_t)j * hd + 8 * d);
+    if (!row_seen(k, j, hd, start, T, t0, B, local, sees, row)) continue;
     for (int b = 0; b < B; b++) {
       if (!sees[b]) continue;
       const float *q = qkv + (size_t)(t0 + b) * nqkv + kv_head * heads * hd;
@@ -147,13 +155,13 @@ static void attend(const Model *m, int layer, int kv_head, const float *qkv, int
   }
   for (int b = 0; b < B; b++)
     for (int h = 0; h < heads; h++) { /* padded with -inf, which gives exactly 0 */
-      float *row = scores + (size_t)(b * heads + h) * stride;
+      float *seen = scores + (size_t)(b * heads + h) * stride;
       const int padded = (count[b] + 7) / 8 * 8;
-      for (int i = count[b]; i < padded; i++) row[i] = -INFINITY;
+      for (int i = count[b]; i < padded; i++) seen[i] = -INFINITY;
       __m256 sum = _mm256_setzero_ps(), top = _mm256_set1_ps(best[b][h]);
       for (int i = 0; i < padded; i += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + i), top));
-        _mm256_storeu_ps(row + i, e);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(seen + i), top));
+        _mm256_storeu_ps(seen + i, e);
         sum = _mm256_add_ps(sum, e);
       }
       total[b][h] = sum8(sum);
@@ -161,11 +169,7 @@ static void attend(const Model *m, int layer, int kv_head, const float *qkv, int
   memset(acc, 0, sizeof(float) * (size_t)B * heads * hd);
   int at[ATTN_TOKENS] = {0};
   for (int j = 0; j < start + T; j++) {
-    int any = 0;
-    for (int b = 0; b < B; b++) any |= sees[b] = j < start || local[(t0 + b) * T + (j - start)];
-    if (!any) continue;
-    __m256 row[MAX_HEAD_DIM / 8];
-    for (int d = 0; d < hd / 8; d++) row[d] = load_bf16x8(v + (size_t)j * hd + 8 * d);
+    if (!row_seen(v, j, hd, start, T, t0, B, local, sees, row)) continue;
     for (int b = 0; b < B; b++) {
       if (!sees[b]) continue;
       for (int h = 0; h < heads; h++) {
