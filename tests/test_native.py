@@ -155,3 +155,17 @@ def test_families_it_does_not_compute_keep_the_torch_code():
     model = TorchLlama(dataclasses.replace(weights, tensors=tensors), torch.bfloat16, max_len=64, quant="int8")
     assert model.native is None
     assert torch.isfinite(model.forward([1, 2, 3])).all()
+
+
+def test_a_corrupt_kept_library_is_built_again(tmp_path, monkeypatch):
+    """A file under the library's key that does not load (cut short, overwritten) costs a
+    build, not the decoder."""
+    monkeypatch.setenv("DRAFTLINE_CACHE_DIR", str(tmp_path))
+    path = native.library_path(native._compiler())
+    path.write_bytes(b"not a shared library")
+    native.load_library.cache_clear()
+    try:
+        assert native.load_library() is not None
+        assert path.read_bytes()[:4] == b"\x7fELF"
+    finally:
+        native.load_library.cache_clear()

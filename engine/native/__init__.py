@@ -69,10 +69,18 @@ def _load(path: Path) -> ctypes.CDLL:
     return lib
 
 
+def library_path(compiler: str) -> Path:
+    """Where the library built by `compiler` for this CPU from these sources is kept."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.blake2b(b"".join(p.read_bytes() for p in SOURCES) + version.encode() + " ".join(_FLAGS).encode()
+                          + machine_key(0).encode(), digest_size=12).hexdigest()
+    return cache_dir("native") / f"decoder-{key}.so"
+
+
 @cache
 def load_library() -> ctypes.CDLL | None:
-    """The decoder compiled for this machine (built now if needed, ~2 s), or None where it
-    cannot run here (the reason is logged once)."""
+    """The decoder compiled for this machine (built now if needed, ~2 s; built again if the
+    kept file does not load), or None where it cannot run here (the reason is logged once)."""
     if platform.machine() not in ("x86_64", "AMD64") or not _cpu_has_avx2_fma():
         log.info("native decoder: needs an x86-64 CPU with AVX2 and FMA; using torch kernels")
         return None
@@ -80,12 +88,14 @@ def load_library() -> ctypes.CDLL | None:
     if compiler is None:
         log.info("native decoder: no C compiler found; using torch kernels")
         return None
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.blake2b(b"".join(p.read_bytes() for p in SOURCES) + version.encode() + " ".join(_FLAGS).encode()
-                          + machine_key(0).encode(), digest_size=12).hexdigest()
-    target = cache_dir("native") / f"decoder-{key}.so"
+    target = library_path(compiler)
+    if target.exists():
+        try:
+            return _load(target)
+        except OSError as e:
+            log.info("native decoder: building %s again (%s)", target.name, e)
     try:
-        return _load(target) if target.exists() else build(target, ["-march=native"])
+        return build(target, ["-march=native"])
     except OSError as e:
         log.warning("native decoder unavailable (%s); using torch kernels", e)
         return None
