@@ -1,6 +1,8 @@
 """Draftline's inference engine: a target model, cheap drafters, and exact speculative decoding.
 
-Knows nothing about LSP. The entry point is `engine.Engine`.
+Knows nothing about LSP. The surface callers use is `engine.api` (torch-free); the local
+engine is `engine.Engine`, imported only when asked for, so that a client of a remote server
+never loads torch.
 """
 import os
 
@@ -8,21 +10,10 @@ import os
 # every pass several times slower. Must be set before torch is first imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from engine.engine import Completion, Engine  # noqa: E402
-from engine.errors import BackendUnavailable, EngineError, ModelLoadError  # noqa: E402
-from engine.request import Request  # noqa: E402
-from engine.sampling import Sampling  # noqa: E402
-from engine.stats import Stats  # noqa: E402
-from engine.tokenization import load_tokenizer  # noqa: E402
 
-__all__ = [
-    "BackendUnavailable",
-    "Completion",
-    "Engine",
-    "EngineError",
-    "ModelLoadError",
-    "Request",
-    "Sampling",
-    "Stats",
-    "load_tokenizer",
-]
+def __getattr__(name: str):
+    if name == "Engine":
+        from engine.engine import Engine
+
+        return Engine
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -23,8 +23,8 @@ from engine.backends.base import Backend
 from engine.draft_length import DraftLength
 from engine.drafters.base import Draft, Drafter
 from engine.healing import Healer
-from engine.request import Request
-from engine.sampling import Sampling, draw, probabilities
+from engine.api import Request, Sampling
+from engine.sampling import draw, generator as new_generator, probabilities
 from engine.stats import Stats
 
 
@@ -128,7 +128,7 @@ def _begin(target: Backend, prompt: Sequence[int], request: Request, vocab: Voca
     """The start both loops share: prefill, then heal. Returns the output so far, the current
     token (not yet in the cache) and the random generator."""
     out = _Output(request, vocab, owed)
-    generator = request.sampling.generator()
+    generator = new_generator(request.sampling)
     current = _prefill(target, prompt, out)
     return out, _heal(target, current, out, generator), generator
 

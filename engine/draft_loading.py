@@ -18,6 +18,7 @@ from engine.drafters.feature_draft import FeatureDraft
 from engine.errors import ModelLoadError
 from engine.weights import LoadedWeights
 
+EMBEDDED_DRAFT = "embedded"  # the --draft value that names it
 EMBEDDED_DRAFT_DIR = Path(__file__).parent / "data" / "draft-smollm2"
 
 

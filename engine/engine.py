@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 
@@ -13,28 +12,18 @@ from engine.backends.torch_llama import TorchLlama
 from engine.calibrate import Calibration, load_or_measure, measure_pass_costs
 from engine.decoding import Vocabulary, generate_autoregressive, generate_speculative
 from engine.draft_length import DraftLength
-from engine.draft_loading import load_embedded_draft
+from engine.draft_loading import EMBEDDED_DRAFT, load_embedded_draft
 from engine.drafters.base import ModelDrafter
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.hybrid import Hybrid, lookup_branches
 from engine.drafters.prompt_lookup import PromptLookup
 from engine.errors import EngineError
 from engine.healing import Healer
-from engine.models import EMBEDDED, load_model, resolve, resolve_dtype
-from engine.request import Request
-from engine.stats import Stats
+from engine.catalog import DEFAULT
+from engine.models import load_model, resolve, resolve_dtype
+from engine.api import MODES, Completion, Request
 from engine.tokenizer import Tokenizer
 from engine.user_cache import content_key, machine_key
-
-MODES = ("ar", "lookup", "draft", "hybrid")
-
-
-@dataclass
-class Completion:
-    text: str
-    tokens: list[int]
-    stats: Stats = field(default_factory=Stats)
-
 
 class Engine:
     """A target model, optional draft model, and a prompt-lookup index over documents.
@@ -60,7 +49,7 @@ class Engine:
         self.dtype: str | None = None  # set by `load`: the weights format it resolved to
 
     @classmethod
-    def load(cls, model: str = EMBEDDED, draft: str | None = None, dtype: str | None = None,
+    def load(cls, model: str = DEFAULT, draft: str | None = None, dtype: str | None = None,
              backend: str = "auto", threads: int | None = None, max_len: int = 4096) -> Engine:
         max_threads = set_threads(threads)
         dtype = resolve_dtype(dtype, model)
@@ -90,6 +79,19 @@ class Engine:
     @property
     def modes(self) -> tuple[str, ...]:
         return MODES if self.draft else ("ar", "lookup", "hybrid")
+
+    def describe(self) -> dict:
+        """What runs here (engine/api.py): the target's backend and weights, the kernels this
+        machine chose, the draft."""
+        return {"kind": "local", "dtype": self.dtype, "backend": type(self.target).__name__,
+                "weight_bytes": getattr(self.target, "weight_bytes", None),
+                # the C decoder of quantized models (engine/native/), where it runs
+                "native_decoder": getattr(self.target, "native", None) is not None,
+                "draft": type(self.draft).__name__ if self.draft else None,
+                "calibration": self.calibration.as_dict() if self.calibration else None}
+
+    def prefill_tokens_per_s(self) -> float:
+        return self.calibration.prefill_tokens_per_s if self.calibration else float("inf")
 
     # --- documents for prompt lookup ------------------------------------------------------
     def set_document(self, doc_id: str, text: str) -> None:
@@ -128,8 +130,7 @@ class Engine:
             if a != b:
                 break
             cached += 1
-        rate = self.calibration.prefill_tokens_per_s if self.calibration else float("inf")
-        return (len(tokens) - cached) / rate
+        return (len(tokens) - cached) / self.prefill_tokens_per_s()
 
     def complete(self, prompt: str | Sequence[int], request: Request = Request(),
                  mode: str = "lookup") -> Completion:
@@ -183,7 +184,7 @@ def _draft_pass_cost(draft: Backend, max_threads: int) -> float:
 
 def _load_drafter(spec: str | None, target: Backend, tokenizer: Tokenizer, dtype: str | None,
                   max_len: int) -> ModelDrafter | None:
-    if spec == EMBEDDED:  # a trained layer reading the target's own features
+    if spec == EMBEDDED_DRAFT:  # a trained layer reading the target's own features
         return load_embedded_draft(target)
     if not spec:
         return None

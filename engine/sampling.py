@@ -1,29 +1,19 @@
 """Turning logits into a distribution (temperature, top-k, top-p) and drawing from it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from engine.api import Sampling
 
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 0.0  # 0 means greedy
-    top_k: int = 0  # 0 means no top-k cut
-    top_p: float = 1.0
-    seed: int | None = None
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
-
-    def generator(self) -> torch.Generator:
-        g = torch.Generator()
-        if self.seed is not None:
-            g.manual_seed(self.seed)
-        else:
-            g.seed()
-        return g
+def generator(s: Sampling) -> torch.Generator:
+    """The random source of one generation: seeded, or fresh when `s.seed` is None."""
+    g = torch.Generator()
+    if s.seed is not None:
+        g.manual_seed(s.seed)
+    else:
+        g.seed()
+    return g
 
 
 def probabilities(logits: torch.Tensor, s: Sampling) -> torch.Tensor:

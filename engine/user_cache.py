@@ -1,4 +1,4 @@
-"""Files kept between runs in the user's cache directory: converted weights and measurements.
+"""Files kept between runs in the user's cache directory: models, converted weights, measurements.
 
 The directory is $DRAFTLINE_CACHE_DIR, else $XDG_CACHE_HOME/draftline, else ~/.cache/draftline.
 Every entry is written to a temporary file and renamed into place, so two processes writing
@@ -12,8 +12,6 @@ import platform
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-
-import torch
 
 _SAMPLE = 1 << 20  # bytes hashed at each sampled offset of a model file
 _SAMPLES = 16
@@ -60,6 +58,8 @@ def content_key(path: Path) -> str:
 def machine_key(threads: int) -> str:
     """What makes a timing measured here valid elsewhere: processor, instruction sets,
     torch build, and the thread count."""
+    import torch  # here, not at the top: fetching a model and the remote path need no torch
+
     cpu = platform.processor()
     try:
         info = Path("/proc/cpuinfo").read_text()

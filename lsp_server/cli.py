@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from lsp_server import bench
 from lsp_server.options import BY_NAME, add_mode_argument, add_model_arguments, model_settings
 
 
@@ -14,7 +15,8 @@ def _complete_parser(sub) -> None:
     p = sub.add_parser("complete", help="print the suggestion an editor would show at a position")
     p.add_argument("file", type=Path)
     p.add_argument("--line", type=int, required=True, help="0-based line")
-    p.add_argument("--col", type=int, required=True, help="0-based column (characters)")
+    p.add_argument("--col", type=int, required=True,
+                   help="0-based column in UTF-16 code units, as LSP counts (characters outside the BMP count 2)")
     p.add_argument("--context", type=Path, nargs="*", default=[],
                    help="other files, as the editor's other open files (snippets, prompt lookup)")
     add_model_arguments(p)
@@ -42,47 +44,43 @@ def _read_text(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _offset(text: str, line: int, col: int) -> int:
-    lines = text.split("\n")
-    if not 0 <= line < len(lines) or not 0 <= col <= len(lines[line]):
-        raise SystemExit(
-            f"lsp_server: position {line}:{col} is outside the file "
-            f"({len(lines)} lines{f', line {line} has {len(lines[line])} characters' if 0 <= line < len(lines) else ''})")
-    return sum(len(s) + 1 for s in lines[:line]) + col
-
-
 def run_complete(args: argparse.Namespace) -> int:
     """What an editor shows at --line/--col (the server's own suggestion path), or with --raw
     the plain continuation."""
     import threading
 
-    from engine import EngineError, Request, Sampling
-    from lsp_server import context, suggest
+    from engine.api import Request, Sampling
+    from engine.errors import EngineError
     from lsp_server.engines import open_engine
+    from lsp_server.files import display_name
     from lsp_server.options import Settings
+    from lsp_server.suggester import Suggester, cursor_at, plan
 
     text = _read_text(args.file)
-    offset = _offset(text, args.line, args.col)
-    if offset == 0:
+    cursor = cursor_at(text, args.line, args.col)
+    if cursor is None:
+        lines = text.split("\n")
+        where = f", line {args.line} has {len(lines[args.line])} characters" if 0 <= args.line < len(lines) else ""
+        raise SystemExit(f"lsp_server: position {args.line}:{args.col} is outside the file ({len(lines)} lines{where})")
+    if not cursor.prefix:
         raise SystemExit("lsp_server: nothing before the cursor to complete from")
-    cursor = context.Cursor(text[:offset], text[offset:])
     settings = Settings(mode=args.mode, maxTokens=args.max_new_tokens, multiline=args.multiline)
-    plan = suggest.plan(cursor, settings)
-    if plan is None and not args.raw:
+    where = plan(str(args.file), text, args.line, args.col, settings)
+    if where is None and not args.raw:
         raise SystemExit("lsp_server: no suggestion here: an editor shows none with text right of the cursor")
+    root = Path.cwd()
+    others = {display_name(path.resolve(), root): _read_text(path) for path in args.context}
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
-    others = {str(path): _read_text(path) for path in args.context}
     try:
         engine = open_engine(model_settings(args))
+        suggester = Suggester(engine, settings, lambda uri: others)
         for doc_id, doc in [(str(args.file), text), *others.items()]:
             engine.set_document(doc_id, doc)
         if args.raw:
-            result = engine.complete(cursor.prefix, Request(args.max_new_tokens, sampling=sampling),
-                                     args.mode)
+            result = engine.complete(cursor.prefix, Request(args.max_new_tokens, sampling=sampling), args.mode)
             shown, stats = result.text, result.stats
         else:
-            snippets = context.snippets(cursor, others, engine.tokenizer)
-            suggestion = suggest.generate(engine, plan, settings, snippets, threading.Event(), sampling)
+            suggestion = suggester.generate(where, threading.Event(), sampling)
             shown, stats = suggestion.text, suggestion.stats
     except EngineError as exc:
         raise SystemExit(f"lsp_server: {exc}") from None
@@ -91,15 +89,17 @@ def run_complete(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps({"text": shown, "ms": round(stats.total_ms, 1)} | stats.as_dict()) + "\n")
     else:
         sys.stdout.write(shown + "\n")
-        if engine.dtype == "remote":  # the server decodes: passes and drafts are not seen here
-            summary = (f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms from {engine.endpoint.base}, "
-                       f"first after {stats.prefill_ms:.0f} ms")
-        else:
-            summary = (f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms ({args.mode}): "
-                       f"{stats.target_passes} target passes, {stats.tokens_per_pass:.2f} tokens/pass, "
-                       f"acceptance {stats.acceptance_rate:.0%}, prefill {stats.prefill_ms:.0f} ms")
-        print(summary, file=sys.stderr)
+        print(_summary(engine.describe(), stats, args.mode), file=sys.stderr)
     return 0
+
+
+def _summary(engine: dict, stats, mode: str) -> str:
+    if engine["kind"] == "remote":  # the server decodes: passes and drafts are not seen here
+        return (f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms from {engine['endpoint']}, "
+                f"first after {stats.prefill_ms:.0f} ms")
+    return (f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms ({mode}): "
+            f"{stats.target_passes} target passes, {stats.tokens_per_pass:.2f} tokens/pass, "
+            f"acceptance {stats.acceptance_rate:.0%}, prefill {stats.prefill_ms:.0f} ms")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,10 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     add_model_arguments(parser)
     sub = parser.add_subparsers(dest="command")
     _complete_parser(sub)
-    if "bench" in argv:  # its imports are heavier: only when asked for
-        from lsp_server import bench
-
-        bench.add_parser(sub)
+    bench.add_parser(sub)
     args = parser.parse_args(argv)
     for name, value in model_settings(args).items():  # flags given before or after the command
         setattr(args, name, value)

@@ -111,11 +111,11 @@ def snippet_header(snippets: list[tuple[str, str]], tokenizer: Tokenizer, budget
     return out
 
 
-def snippets(cursor: Cursor, others: dict[str, str], tokenizer: Tokenizer) -> str:
+def snippets(cursor: Cursor, others: dict[str, str], tokenizer: Tokenizer, budget: Budget = Budget()) -> str:
     """The prompt's header of chunks from `others` ({name: text}) similar to the cursor's
     surroundings."""
     picked = similar_snippets(neighbourhood(cursor), others)
-    return snippet_header(picked, tokenizer, Budget().snippet_tokens) if picked else ""
+    return snippet_header(picked, tokenizer, budget.snippet_tokens) if picked else ""
 
 
 def neighbourhood(cursor: Cursor, lines: int = 8) -> str:
@@ -131,9 +131,14 @@ def build_prompt(cursor: Cursor, tokenizer: Tokenizer, max_len: int, snippets: s
     prefix = prefix_window(cursor.prefix, tokenizer, budget.prefix_tokens)
     if max_len < budget.min_context_for_snippets:
         snippets = ""
-    fim = tokenizer.fim
-    if fim is None:
+    if tokenizer.fim is None:
         return snippets + prefix
-    suffix = suffix_window(cursor.suffix, tokenizer, budget.suffix_tokens)
-    return tokenizer.with_bos([fim.prefix] + tokenizer.encode(snippets + prefix) + [fim.suffix]
-                              + tokenizer.encode(suffix) + [fim.middle])
+    return fim_prompt(tokenizer, snippets + prefix, suffix_window(cursor.suffix, tokenizer, budget.suffix_tokens))
+
+
+def fim_prompt(tokenizer: Tokenizer, before: str, after: str) -> list[int]:
+    """The fill-in-the-middle template (prefix-suffix-middle order) for a tokenizer with FIM
+    tokens: the model writes what goes between `before` and `after`."""
+    fim = tokenizer.fim
+    return tokenizer.with_bos([fim.prefix, *tokenizer.encode(before), fim.suffix, *tokenizer.encode(after),
+                               fim.middle])

@@ -16,6 +16,6 @@ def open_engine(options: Mapping[str, object]):
 
         return RemoteEngine.load(o["endpoint"], o["model"], o["tokenizer"], o["apiKeyEnv"],
                                  o["allowInsecure"], o["connectTimeoutS"], o["readTimeoutS"])
-    from engine import Engine
+    from engine.engine import Engine
 
     return Engine.load(o["model"], o["draft"], o["dtype"], o["backend"], o["threads"])

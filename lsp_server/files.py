@@ -21,6 +21,14 @@ def is_secret(name: str) -> bool:
     return any(fnmatch.fnmatch(name, pattern) for pattern in SECRETS)
 
 
+def display_name(path: Path, root: Path | None) -> str:
+    """How a file is named in a prompt: its path relative to the project's root when it lies
+    inside it, else its file name (never where it lives on this machine)."""
+    if root is not None and path.is_relative_to(root):
+        return path.relative_to(root).as_posix()
+    return path.name
+
+
 def read_text(path: Path, max_bytes: int) -> tuple[str | None, str]:
     """The file's text, or None and why not (unreadable, too large, binary, not UTF-8)."""
     try:

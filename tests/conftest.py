@@ -9,10 +9,11 @@ os.environ.setdefault("DRAFTLINE_CACHE_DIR",
 
 import pytest  # noqa: E402
 
-from engine import Engine  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from tests.models import SMALL
 
 
 @pytest.fixture(scope="session")
 def fp32_engine() -> Engine:
     """The embedded model in fp32, with the embedded draft: the mode where exactness is asserted."""
-    return Engine.load(dtype="fp32", threads=2, draft="embedded")
+    return Engine.load(SMALL, dtype="fp32", threads=2, draft="embedded")

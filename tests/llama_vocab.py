@@ -6,7 +6,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from engine import load_tokenizer
+from engine.tokenization import load_tokenizer
 from engine.tokenizer import Tokenizer
 
 VOCAB_DIR = Path(__file__).resolve().parents[1] / ".cache" / "llama-vocab"

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.models import embedded_target_path
+from engine.fetch import model_path
+from tests.models import SMALL
 
 HAVE_LLAMA_SERVER = all(importlib.util.find_spec(m) is not None
                         for m in ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context"))
@@ -53,7 +54,7 @@ class LlamaServer:
 
     def start(self, timeout_s: float = 120) -> LlamaServer:
         self.runs += 1
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_target_path()),
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path(SMALL)),
                "--model_alias", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
                "--n_ctx", "4096", "--n_threads", "2", "--verbose", "true"]
         if self.api_key:

@@ -15,7 +15,9 @@ import torch
 
 from engine.backends.exllamav2 import INSTALL_HINT, unavailable_reason
 from engine.errors import BackendUnavailable
-from engine.models import choose_backend, embedded_target_path
+from engine.fetch import model_path
+from engine.models import choose_backend
+from tests.models import SMALL
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"}
@@ -24,7 +26,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="these tests d
 
 
 def test_auto_picks_torch_without_cuda(tmp_path: Path) -> None:
-    assert choose_backend("auto", embedded_target_path()) == "torch"
+    assert choose_backend("auto", model_path(SMALL)) == "torch"
     (tmp_path / "config.json").write_text("{}")
     assert choose_backend("auto", tmp_path) == "torch"  # a model folder is not enough without a GPU
     assert choose_backend("torch", tmp_path) == "torch"
@@ -32,12 +34,12 @@ def test_auto_picks_torch_without_cuda(tmp_path: Path) -> None:
 
 def test_unknown_backend_is_refused() -> None:
     with pytest.raises(BackendUnavailable, match="unknown backend 'vllm'"):
-        choose_backend("vllm", embedded_target_path())
+        choose_backend("vllm", model_path(SMALL))
 
 
 def test_explicit_exllamav2_names_what_is_missing() -> None:
     with pytest.raises(BackendUnavailable) as info:
-        choose_backend("exllamav2", embedded_target_path())
+        choose_backend("exllamav2", model_path(SMALL))
     message = str(info.value)
     assert "\n" not in message
     assert "--backend torch" in message
@@ -65,7 +67,7 @@ def test_load_fails_before_importing_exllamav2_or_reading_weights() -> None:
         "from engine.errors import BackendUnavailable\n"
         "from engine.models import load_model\n"
         "try:\n"
-        "    load_model('embedded', backend='exllamav2')\n"
+        "    load_model('smollm2-135m', backend='exllamav2')\n"
         "except BackendUnavailable:\n"
         "    pass\n"
         "else:\n"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lsp_server.bench_sources import find_sources
-from lsp_server.bench_tasks import build_tasks
+from lsp_server.bench.sources import find_sources
+from lsp_server.bench.tasks import build_tasks
 from lsp_server.cli import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bench_repo"
@@ -170,7 +170,7 @@ def test_default_modes_skip_peers_that_cannot_run_with_one_line_each(capsys):
 
     from lsp_server.bench import _available_modes
 
-    modes = _available_modes(Namespace(modes=None, draft=None), Path("model.gguf"))
+    modes = _available_modes(Namespace(modes=None, draft=None, endpoint=None), Path("model.gguf"))
     assert modes[:3] == ["ar", "lookup", "hybrid"] and "hf-assisted" not in modes
     err = capsys.readouterr().err
     assert "lsp_server bench: skipping a peer: hf-assisted needs" in err

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import Request
+from engine.api import Request
+from tests.models import SMALL
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "shapes.py"
@@ -20,7 +21,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_raw_json_output_matches_the_engine(fp32_engine):
-    out = run_cli(str(SAMPLE), "--line", "24", "--col", "8", "--dtype", "fp32", "--mode", "lookup",
+    out = run_cli(str(SAMPLE), "--line", "24", "--col", "8", "--dtype", "fp32", "--mode", "lookup", "--model", SMALL,
                   "--max-new-tokens", "12", "--json", "--threads", "1", "--raw")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)

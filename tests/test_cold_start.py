@@ -16,7 +16,8 @@ from engine import calibrate, weight_cache
 from engine.backends.torch_llama import TorchLlama
 from engine.kernels import Int8Weight
 from engine.user_cache import content_key, write_atomically
-from lsp_server import suggest
+from lsp_server.options import Settings
+from lsp_server.suggester import COLD_PREFILL_S, Suggester
 from lsp_server.context import Cursor
 from tests.code_samples import stdlib_text
 from tests.tiny_models import random_weights
@@ -215,14 +216,15 @@ def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_e
     cut = text.index("def dedent(")
     cursor = Cursor(text[:cut] + "def dedent(", text[cut + len("def dedent("):])
     engine.forget_cache()
-    prompt, full = suggest.prompt_for(engine, cursor, snippets="")
+    suggester = Suggester(engine, Settings(), lambda uri: {})
+    prompt, full = suggester.prompt_for(cursor, header="")
     assert full is not None and len(engine.prompt_tokens(full)) > 4 * rate
-    assert len(engine.prompt_tokens(prompt)) <= rate * suggest.COLD_PREFILL_S
-    assert engine.prefill_seconds(prompt) <= suggest.COLD_PREFILL_S
+    assert len(engine.prompt_tokens(prompt)) <= rate * COLD_PREFILL_S
+    assert engine.prefill_seconds(prompt) <= COLD_PREFILL_S
     assert engine.prompt_tokens(prompt)[-5:] == engine.prompt_tokens(full)[-5:]  # same cursor
     # Once the full window is cached (the background extension), it is used.
     engine.prefill(engine.prompt_tokens(full))
-    assert suggest.prompt_for(engine, cursor, snippets="") == (full, None)
+    assert suggester.prompt_for(cursor, header="") == (full, None)
 
 
 def test_an_unusable_cache_directory_costs_time_not_the_model(tmp_path, monkeypatch):

@@ -6,16 +6,18 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from engine import Engine, Request
+from engine.engine import Engine
+from engine.api import Request
 from engine.draft_loading import EMBEDDED_DRAFT_DIR, load_embedded_draft
 from engine.drafters.hybrid import lookup_branches
 from engine.errors import ModelLoadError
-from engine.models import embedded_target_path
-from engine.sampling import Sampling
+from engine.fetch import model_path
+from engine.api import Sampling
 from engine.training.data import is_held_out, stdlib_files, stdlib_root
 from engine.training.feature_net import FeatureDraftNet
 from engine.training.measure import agreement
 from engine.weights import load_weights
+from tests.models import SMALL
 
 # Measured on this file: 49.3% (fp32, first 384 tokens); 43.0% over 12 held-out files in bf16
 # (docs/draft_model.md). The floor leaves room for platform differences.
@@ -66,7 +68,7 @@ def test_engine_arithmetic_equals_the_training_module(engine: Engine) -> None:
     draft.reset()
     last = draft.catch_up(ids)  # the cached route, as drafting runs it
     shipped = load_file(EMBEDDED_DRAFT_DIR / "model.safetensors")
-    weights = load_weights(embedded_target_path())
+    weights = load_weights(model_path(SMALL))
     net = FeatureDraftNet(weights.config, weights.tensors, 0, shipped["head_rows"])
     with torch.no_grad():
         for name, param in net.params.items():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import Request
+from engine.api import Request
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER = REPO / ".venv" / "bin" / "lsp_server"

@@ -6,7 +6,7 @@ itself is checked against recomputing the whole sequence without any KV cache.
 import pytest
 import torch
 
-from engine import Request
+from engine.api import Request
 from tests.code_samples import FILES, code_prompts, stdlib_text
 
 PROMPTS = code_prompts(20)

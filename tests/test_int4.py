@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine import Engine
+from engine.engine import Engine
 from engine.formats.gguf_header import TensorInfo
 from engine.formats.gguf_int4 import Q4_0, Q4_1, Q4_K, read_int4
 from engine.kernels import Int4Weight, linear
@@ -14,6 +14,7 @@ from tests.test_model_sanity import bits_per_byte
 
 gguf = pytest.importorskip("gguf")
 from gguf.quants import dequantize  # noqa: E402
+from tests.models import SMALL
 
 # type -> (weights per block, bytes per block, bytes of fp16 header)
 LAYOUTS = {Q4_0: (32, 18, 2), Q4_1: (32, 20, 4), Q4_K: (256, 144, 4)}
@@ -96,10 +97,10 @@ def test_int4_model_keeps_the_quality(fp32_engine):
     """The embedded Q4_1 file computed in its own 4 bits (its Q8_0 head in int8): measured
     1.015 bits/byte here, against 1.014 for fp32."""
     text = stdlib_text("textwrap.py")[:6000]
-    int4 = Engine.load(dtype="int4", threads=2, max_len=2048)
+    int4 = Engine.load(SMALL, dtype="int4", threads=2, max_len=2048)
     assert isinstance(int4.target.layers[0].wqkv, Int4Weight)
     assert bits_per_byte(int4, text) < bits_per_byte(fp32_engine, text) + 0.01
-    again = Engine.load(dtype="int4", threads=2, max_len=2048)  # from the weight cache
+    again = Engine.load(SMALL, dtype="int4", threads=2, max_len=2048)  # from the weight cache
     first, second = (e.target.layers[3].w_down for e in (int4, again))
     assert torch.equal(first.packed()[0], second.packed()[0]) and torch.equal(first.scale, second.scale)
 

@@ -4,8 +4,10 @@ import math
 
 import torch
 
-from engine import Engine, Request
+from engine.engine import Engine
+from engine.api import Request
 from tests.code_samples import stdlib_text
+from tests.models import SMALL
 
 
 def bits_per_byte(engine: Engine, text: str) -> float:
@@ -25,7 +27,7 @@ def test_bits_per_byte_on_a_stdlib_file(fp32_engine):
 def test_int8_weights_keep_the_quality(fp32_engine):
     """int8 weights (1.016 bits/byte measured) lose almost nothing against fp32 (1.014)."""
     text = stdlib_text("textwrap.py")[:6000]
-    int8 = Engine.load(dtype="int8", threads=2, max_len=2048)
+    int8 = Engine.load(SMALL, dtype="int8", threads=2, max_len=2048)
     assert bits_per_byte(int8, text) < bits_per_byte(fp32_engine, text) + 0.01
 
 

@@ -14,12 +14,14 @@ import torch
 from engine import native, weight_cache
 from engine.backends.torch_llama import TorchLlama
 from engine.kernels import QUANTIZED
-from engine.models import embedded_target_path, load_model
+from engine.fetch import model_path
+from engine.models import load_model
 from engine.native import NativeDecoder
 from engine.tokenization import load_tokenizer
 from engine.weights import LoadedWeights
 from tests.code_samples import stdlib_text
 from tests.tiny_models import random_weights
+from tests.models import SMALL
 
 if native.load_library() is None:
     pytest.skip("no native decoder on this machine (needs a C compiler and AVX2/FMA)", allow_module_level=True)
@@ -32,13 +34,13 @@ WIDE = 40  # a pass wider than the decoding tiles
 @pytest.fixture(scope="module", params=["int4", "int8"])
 def quantized(request) -> tuple[TorchLlama, LoadedWeights]:
     """The embedded model in a quantized dtype, and its converted weights."""
-    model, _ = load_model("embedded", request.param)
-    return model, weight_cache.load(embedded_target_path(), request.param)
+    model, _ = load_model(SMALL, request.param)
+    return model, weight_cache.load(model_path(SMALL), request.param)
 
 
 @pytest.fixture(scope="module")
 def tokens() -> list[int]:
-    return load_tokenizer(embedded_target_path()).encode(stdlib_text("textwrap.py"))[:PREFIX + WIDE]
+    return load_tokenizer(model_path(SMALL)).encode(stdlib_text("textwrap.py"))[:PREFIX + WIDE]
 
 
 def _fp32_twin(weights: LoadedWeights, model: TorchLlama) -> TorchLlama:

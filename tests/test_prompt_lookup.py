@@ -3,7 +3,7 @@ import torch
 
 from engine.drafters.prompt_lookup import PromptLookup
 from engine.drafters.tree import merge_candidates
-from engine.sampling import Sampling
+from engine.api import Sampling
 
 
 def propose(lookup: PromptLookup, context: list[int], k: int = 4) -> list[int]:

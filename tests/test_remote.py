@@ -13,7 +13,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from engine import Request
+from engine.api import Request
 from engine.remote import Endpoint, RemoteEngine, RemoteError
 from engine.remote.engine import FimTexts
 from lsp_server.context import Cursor, build_prompt
@@ -63,7 +63,7 @@ def test_an_api_key_never_goes_over_plain_http_to_another_host(monkeypatch):
 def test_with_the_served_models_tokenizer_the_fim_prompt_is_the_local_engines():
     from pathlib import Path
 
-    from engine import load_tokenizer
+    from engine.tokenization import load_tokenizer
 
     vocab = Path(__file__).parent.parent / ".cache" / "llama-vocab" / "ggml-vocab-starcoder.gguf"
     if not vocab.exists():
@@ -117,7 +117,7 @@ def test_stop_rule_cuts_the_stream_and_the_server_stops(llama):
     reference = llama.complete(prompt, 48)
     finished, disconnected = llama.finished(), llama.disconnected()
     result = engine.complete(prompt, Request(48, stop=stop_rule(False, "    return")))
-    assert result.text == reference.split("\n")[0] and result.stats.stop_reason == "stop_rule"
+    assert result.text == reference.split("\n")[0] and result.stats.stop_reason == "stop"
     for _ in range(50):  # the server notices at its next token
         if llama.disconnected() > disconnected:
             break

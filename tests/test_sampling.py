@@ -2,7 +2,8 @@
 import torch
 
 from engine.draft_length import DraftLength, expected_tokens
-from engine.sampling import Sampling, probabilities
+from engine.api import Sampling
+from engine.sampling import probabilities
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]])
 

@@ -14,8 +14,8 @@ from engine.decoding import Vocabulary, generate_speculative
 from engine.draft_length import DraftLength
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.prompt_lookup import PromptLookup
-from engine.request import Request
-from engine.sampling import Sampling, probabilities
+from engine.api import Request, Sampling
+from engine.sampling import probabilities
 from tests.tiny_models import random_feature_draft, random_llama
 
 PROMPT = [1, 5, 2, 7, 1, 5]

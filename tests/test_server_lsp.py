@@ -11,11 +11,13 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from engine import Request
+from engine.api import Request
+
+from tests.models import SMALL
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-SERVER = [sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "2"]
+SERVER = [sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "2", "--model", SMALL]
 ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
 # fp32 for exact greedy output; no time budget so the text does not depend on speed.
 OPTIONS = {"dtype": "fp32", "timeBudgetMs": 0, "maxTokens": 48}
@@ -231,7 +233,7 @@ async def test_cli_complete_prints_what_the_editor_gets(client: LanguageClient):
     cli = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "lsp_server.cli", "complete", str(sample), "--line", str(line),
         "--col", str(col), "--dtype", "fp32", "--max-new-tokens", str(OPTIONS["maxTokens"]),
-        "--threads", "2", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV)
+        "--threads", "2", "--model", SMALL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV)
     stdout, stderr = await cli.communicate()
     assert cli.returncode == 0, stderr
     line_before = text.split("\n")[line][:col]

@@ -9,9 +9,11 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from tests.models import SMALL
+
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-SERVER = [sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "2"]
+SERVER = [sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "2", "--model", SMALL]
 OPTIONS = {"dtype": "fp32", "timeBudgetMs": 0, "maxTokens": 16}
 WORKSPACE_FILES = 3
 
@@ -50,4 +52,4 @@ async def test_a_change_during_a_load_is_followed_and_the_new_engine_has_the_doc
     change("bf16")  # arrives while int8 loads: must not be dropped
     final = await stats_when(client, lambda s: s["state"] == "ready" and s["dtype"] == "bf16"
                              and s["documents"] == WORKSPACE_FILES + 1)
-    assert final["model"] == "embedded"
+    assert final["model"] == SMALL

@@ -55,7 +55,7 @@ def test_stdout_is_pure_protocol_and_bad_params_get_errors():
         {"jsonrpc": "2.0", "id": 6, "method": "shutdown"},
         {"jsonrpc": "2.0", "method": "exit"},
     ]
-    proc = subprocess.run([sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "1"],
+    proc = subprocess.run([sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "1", "--model", "smollm2-135m"],
                           input=b"".join(frame(m) for m in session), capture_output=True,
                           env=ENV, timeout=180)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]

@@ -10,7 +10,10 @@ import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from engine import Engine, ModelLoadError, Request, load_tokenizer
+from engine.engine import Engine
+from engine.errors import ModelLoadError
+from engine.api import Request
+from engine.tokenization import load_tokenizer
 from engine.healing import Healer
 from engine.models import load_model
 from engine.formats.gguf_header import read_header

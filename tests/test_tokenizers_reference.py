@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import ModelLoadError, load_tokenizer
+from engine.errors import ModelLoadError
+from engine.tokenization import load_tokenizer
 from engine.formats.gguf_header import read_header
 from tests.llama_vocab import VOCABS, needs_vocabs, reference, tokenizer, vocab_path, write_vocab
 

@@ -8,7 +8,7 @@ from typing import Protocol
 import torch
 
 from engine.backends.base import Backend
-from engine.sampling import Sampling
+from engine.api import Sampling
 
 
 @dataclass

@@ -11,7 +11,8 @@ import torch
 
 from engine.backends.base import Backend
 from engine.drafters.base import Draft
-from engine.sampling import Sampling, draw, probabilities
+from engine.api import Sampling
+from engine.sampling import draw, probabilities
 
 
 class DraftModel:

@@ -22,7 +22,8 @@ from engine.backends.base import PREFILL_CHUNK
 from engine.backends.torch_llama import TorchLlama
 from engine.draft_length import break_even_probability
 from engine.drafters.base import Draft
-from engine.sampling import Sampling, draw, probabilities
+from engine.api import Sampling
+from engine.sampling import draw, probabilities
 
 
 class FeatureDraft:

@@ -16,7 +16,7 @@ from engine.draft_length import break_even_probability
 from engine.drafters.base import Draft, Drafter
 from engine.drafters.prompt_lookup import PromptLookup
 from engine.drafters.tree import merge_candidates
-from engine.sampling import Sampling
+from engine.api import Sampling
 
 
 def lookup_branches(pass_cost: Sequence[float] | None) -> int:

@@ -16,7 +16,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 from engine.drafters.base import Draft
-from engine.sampling import Sampling
+from engine.api import Sampling
 
 
 class PromptLookup:

@@ -1,4 +1,4 @@
-"""`RemoteEngine`: the engine's surface (engine/surface.py) over an OpenAI-compatible server.
+"""`RemoteEngine`: the engine's surface (engine/api.py) over an OpenAI-compatible server.
 
 The editor-side work stays local and unchanged: context windows, snippets, the FIM template,
 typed-through reuse, cancel-previous, stop rules and clean-up. Only the model runs elsewhere.
@@ -9,7 +9,7 @@ sent as its text, FIM tokens written as their names (servers parse special token
 completion's prompt). Without one, `TextPieces` stands in: windows are budgeted at about four
 characters per token, and the FIM tokens are those the server's own tokenizer confirms
 (`/tokenize`: llama.cpp, vLLM, SGLang; `/extras/tokenize`: llama-cpp-python), else the prompt is
-the plain prefix, as for the embedded model.
+the plain prefix, as for a model without FIM tokens.
 
 Cancellation. A request whose cancel flag is set (a newer keystroke) closes its stream at once,
 and so do the stop rules (single line, block end): the server sees the connection drop and stops
@@ -22,15 +22,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from engine.engine import Completion
 from engine.remote.client import Cancelled, Endpoint, RemoteError, get_json, stream_completion
-from engine.request import Request
+from engine.api import Completion, Request
+from engine.catalog import DEFAULT
 from engine.stats import Stats
 from engine.tokenization.special_names import BY_KEY
 from engine.tokenizer import FimTokens, Tokenizer
 
 DEFAULT_MAX_LEN = 4096  # when the server does not say its context length
-ANY_MODEL = "embedded"  # the `model` setting's default: take the one model the server serves
+# The `model` setting's default (the local default model): take the one model the server serves.
+ANY_MODEL = DEFAULT
 # Paths where servers tokenize text, with the body each expects (the served model's name is
 # added where asked) and the answer's key.
 TOKENIZE = (("/tokenize", "content"), ("/tokenize", "prompt"), ("/extras/tokenize", "input"))
@@ -86,10 +87,6 @@ class RemoteEngine:
     _documents: set[str] = field(default_factory=set)
     _pieces: TextPieces = field(default_factory=TextPieces)
 
-    # What the server and the stats ask of an engine, with a remote's answers.
-    calibration = None  # no local kernels
-    dtype = "remote"
-    draft = None
     modes = ("ar",)  # the server decodes (its own speculative settings apply)
 
     @classmethod
@@ -131,8 +128,15 @@ class RemoteEngine:
     def remove_document(self, doc_id: str) -> None:
         self._documents.discard(doc_id)
 
+    def describe(self) -> dict:
+        return {"kind": "remote", "dtype": "served", "backend": "remote", "endpoint": self.endpoint.base,
+                "served_model": self.served.model if self.served else None}
+
     def prefill_seconds(self, prompt: object) -> float:
         return 0.0  # the server prefills (and keeps its own prefix cache)
+
+    def prefill_tokens_per_s(self) -> float:
+        return float("inf")  # not known here: the server's business
 
     def prefill(self, tokens: Sequence[int], cancel=None) -> None:
         pass
@@ -245,7 +249,7 @@ class RemoteEngine:
             body["top_k"] = s.top_k  # not OpenAI's, but vLLM, llama.cpp and SGLang take it
         if s.seed is not None:
             body["seed"] = s.seed
-        text, chunks, usage, reason = "", 0, None, "length"
+        text, chunks, usage, reason = "", 0, None, "max_tokens"
         # Servers send one event per token or fewer; many more means it does not stop.
         stream = stream_completion(self.endpoint, body, cancel, max_events=2 * request.max_new_tokens + 16)
         try:
@@ -258,10 +262,11 @@ class RemoteEngine:
                 usage = chunk.completion_tokens or usage
                 text += chunk.text
                 if request.stop is not None and (cut := request.stop(text)) is not None:
-                    text, reason = text[:cut], "stop_rule"
+                    text, reason = text[:cut], "stop"
                     break
                 if chunk.finish_reason:
-                    reason = "eos" if chunk.finish_reason == "stop" else chunk.finish_reason
+                    # OpenAI's names: "stop" (end of text or a stop string), "length"
+                    reason = "eos" if chunk.finish_reason == "stop" else "max_tokens"
                 if cancel is not None and cancel.is_set():
                     reason = "cancelled"
                     break

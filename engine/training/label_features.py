@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from engine.backends.torch_llama import TorchLlama
-from engine.models import embedded_target_path
+from engine.fetch import model_path
 from engine.tokenization import load_tokenizer
 from engine.training.data import corpus, log, shuffled_chunks
 from engine.weights import load_weights
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
-    path = embedded_target_path()
+    path = model_path("smollm2-135m")
     weights = load_weights(path)
     tokenizer = load_tokenizer(path)
     train, held = corpus(args.work, tokenizer, min(tokenizer.eos_ids))

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
-from engine import Engine, Request
+from engine.engine import Engine
+from engine.api import Request
 from engine.backends.base import Backend
 from engine.engine import Completion
 from engine.training.data import stdlib_files
@@ -71,7 +72,7 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=10)
     p.add_argument("--new-tokens", type=int, default=48)
     args = p.parse_args()
-    engine = Engine.load(draft="embedded", dtype=args.dtype, threads=args.threads)
+    engine = Engine.load("smollm2-135m", draft="embedded", dtype=args.dtype, threads=args.threads)
     _, held = stdlib_files()
     held = [f for f in held if 4_000 < f.stat().st_size]
     print(f"teacher-forced greedy agreement (512 tokens x 12 held-out files): "

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from engine.models import embedded_target_path
+from engine.fetch import model_path
 from engine.tokenization import load_tokenizer
 from engine.training.checkpoint import load_checkpoint, save_checkpoint
 from engine.training.data import corpus, frequent_tokens, log
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     started = time.monotonic()
-    path = embedded_target_path()
+    path = model_path("smollm2-135m")
     weights = load_weights(path)
     tokenizer = load_tokenizer(path)
     train, _ = corpus(args.work, tokenizer, min(tokenizer.eos_ids))

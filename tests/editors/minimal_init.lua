@@ -4,7 +4,7 @@ vim.opt.runtimepath:prepend(repo .. '/editors/nvim')
 vim.opt.swapfile = false
 vim.opt.shadafile = 'NONE'
 require('draftline').setup({
-  cmd = { repo .. '/.venv/bin/lsp_server', '--stdio' },
+  cmd = { repo .. '/.venv/bin/lsp_server', '--stdio', '--model', 'smollm2-135m' },
   filetypes = { 'python' },
   -- Generous: two shared CPU cores; speed is measured by the benchmark, not here.
   -- fp32: the exact mode, so that the accepted text can be checked against plain greedy decoding.

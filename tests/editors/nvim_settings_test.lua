@@ -1,6 +1,6 @@
 -- Headless Neovim: the plugin sends the server only the settings given to setup(), so the
 -- server's own command-line flags stand. The server is started with a model that does not
--- exist; sending any `model` (e.g. a default "embedded") would override it and load a model.
+-- exist; sending any `model` (e.g. the default model's name) would override it and load a model.
 -- Exit code 0 = pass; failures go to stderr.
 -- Run: nvim --headless -u NONE -i NONE -c 'luafile tests/editors/nvim_settings_test.lua'
 local repo = vim.fs.dirname(vim.fs.dirname(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2))))

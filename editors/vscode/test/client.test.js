@@ -1,4 +1,4 @@
-// The REAL vscode-languageclient starts the REAL `lsp_server --stdio` (the embedded model) through
+// The REAL vscode-languageclient starts the REAL `lsp_server --stdio` (the small model) through
 // the extension, with the stand-in `vscode` module (test/stubs, put on NODE_PATH by `npm test`).
 // One server for the whole file: the model loads once.
 'use strict';
@@ -51,6 +51,7 @@ before(async () => {
   await fake.setConfig({
     'draftline.serverPath': process.env.DRAFTLINE_SERVER || '',
     'draftline.languages': ['python'],
+    'draftline.model': 'smollm2-135m',  // the small model: this test is about the client
     'draftline.maxTokens': 24,
     // Generous: two shared CPU cores; speed is measured by the benchmark, not here.
     'draftline.timeBudgetMs': 10_000,

@@ -15,7 +15,8 @@ from difflib import SequenceMatcher
 from pathlib import Path
 
 from engine.tokenizer import Tokenizer
-from lsp_server.bench_sources import SourceFile
+from lsp_server.context import fim_prompt
+from lsp_server.bench.sources import SourceFile
 
 WORKLOADS = ("fresh", "repetitive")
 _MIN_DUPLICATE_CHARS = 12  # shorter lines (`return x`, `else:`) repeat by accident
@@ -146,6 +147,4 @@ def prompt_tokens(task: Task, tokenizer: Tokenizer) -> list[int]:
     """The prefix, or a fill-in-the-middle prompt when the model has FIM tokens."""
     if tokenizer.fim is None:
         return tokenizer.with_bos(tokenizer.encode(task.prefix))
-    fim = tokenizer.fim
-    return tokenizer.with_bos([fim.prefix, *tokenizer.encode(task.prefix), fim.suffix,
-                               *tokenizer.encode(task.suffix), fim.middle])
+    return fim_prompt(tokenizer, task.prefix, task.suffix)

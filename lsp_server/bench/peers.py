@@ -1,9 +1,10 @@
 """Other engines on the same weights and tasks: Hugging Face transformers and llama.cpp.
 
-Each peer is optional: it runs only when its library is importable. Each gets the same prompt
-token ids, greedy decoding, the same token limit and end-of-text tokens as our modes, and, like
-them, either a prefilled prompt before the clock starts (warm: the timings compare decoding
-alone) or an empty cache (cold: the prefill is timed too).
+Each peer is optional: it runs only when its library is importable. Each is a contender of
+runner.py: it gets the same prompt token ids, greedy decoding, the same token limit and
+end-of-text tokens as our modes, and, like them, either a prefilled prompt before the clock
+starts (warm: the timings compare decoding alone) or an empty cache (cold: the prefill is
+timed too).
 """
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
-from lsp_server.bench_report import Run
+from lsp_server.bench.report import Run
 
 PEER_MODES = ("hf-ar", "hf-lookup", "hf-assisted", "llamacpp")
 HF_LOOKUP_TOKENS = 10  # the value Hugging Face's documentation suggests
@@ -23,8 +22,16 @@ _LIBRARY = {"hf-ar": "transformers", "hf-lookup": "transformers", "hf-assisted":
 _INSTALL = {"transformers": "pip install 'draftline[peers]' (transformers, accelerate)",
             "llama_cpp": "pip install llama-cpp-python"}
 
-# (prompt ids, max new tokens, cold) -> the timed run, less its task index and text
-Peer = Callable[[list[int], int, bool], Run]
+# (prompt ids, max new tokens, cold) -> the timed run, less its task index
+RunPeer = Callable[[list[int], int, bool], Run]
+Decode = Callable[[list[int]], str]
+
+
+class Peer:
+    """A peer library as a contender (runner.py)."""
+
+    def __init__(self, mode: str, run: RunPeer):
+        self.mode, self.run = mode, run
 
 
 class PeerUnavailable(Exception):
@@ -46,7 +53,7 @@ def check_peer(mode: str, model: Path, draft: Path | None) -> None:
         raise PeerUnavailable("llamacpp needs a .gguf model")
 
 
-def _hf_load(path: Path, dtype: torch.dtype):
+def _hf_load(path: Path, dtype):
     from transformers import AutoModelForCausalLM
 
     if path.is_dir():
@@ -60,7 +67,9 @@ def _strip_eos(tokens: list[int], eos_ids: frozenset[int]) -> list[int]:
     return tokens[:-1] if tokens and tokens[-1] in eos_ids else tokens
 
 
-def _hf_peer(model, eos_ids: frozenset[int], **generate_args) -> Peer:
+def _hf_peer(model, eos_ids: frozenset[int], decode: Decode, **generate_args) -> RunPeer:
+    import torch
+
     passes = [0]
     model.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
 
@@ -77,7 +86,8 @@ def _hf_peer(model, eos_ids: frozenset[int], **generate_args) -> Peer:
                              pad_token_id=min(eos_ids), **generate_args)
         ms = (time.perf_counter() - start) * 1000
         new = out[0, len(prompt):].tolist()
-        return Run(-1, "", _strip_eos(new, eos_ids), "", ms, len(new), passes[0] - cold)  # less the prefill
+        tokens = _strip_eos(new, eos_ids)
+        return Run(-1, "", tokens, decode(tokens), ms, len(new), passes[0] - cold)  # less the prefill
 
     return run
 
@@ -87,6 +97,7 @@ def _fastest_llama(path: Path):
     may use), timed at load: on a small CPU with OMP_WAIT_POLICY=PASSIVE (which the Makefile
     sets for torch) two threads took 34 ms per token and one 14 ms, so a fixed choice would
     handicap the peer."""
+    import torch
     from llama_cpp import Llama
 
     best = None
@@ -103,7 +114,7 @@ def _fastest_llama(path: Path):
     return best[1]
 
 
-def _llamacpp_peer(path: Path, eos_ids: frozenset[int]) -> Peer:
+def _llamacpp_peer(path: Path, eos_ids: frozenset[int], decode: Decode) -> RunPeer:
     llm = _fastest_llama(path)
 
     def run(prompt: list[int], max_new_tokens: int, cold: bool) -> Run:
@@ -117,23 +128,20 @@ def _llamacpp_peer(path: Path, eos_ids: frozenset[int]) -> Peer:
             if token in eos_ids or len(new) == max_new_tokens:
                 break
         ms = (time.perf_counter() - start) * 1000
-        return Run(-1, "", _strip_eos(new, eos_ids), "", ms, len(new), len(new))
+        tokens = _strip_eos(new, eos_ids)
+        return Run(-1, "", tokens, decode(tokens), ms, len(new), len(new))
 
     return run
 
 
-def load_peers(modes: list[str], model: Path, draft: Path | None, dtype: torch.dtype,
-               eos_ids: frozenset[int]) -> dict[str, Peer]:
-    """Load each requested peer once (its load is not timed); check_peer has passed for each."""
-    peers: dict[str, Peer] = {}
+def load_peers(modes: list[str], model: Path, draft: Path | None, dtype,
+               eos_ids: frozenset[int], decode: Decode) -> list[Peer]:
+    """Load each requested peer once (its load is not timed); check_peer has passed for each.
+    `dtype`: the torch dtype transformers computes in."""
     hf = _hf_load(model, dtype) if any(m.startswith("hf-") for m in modes) else None
-    for mode in modes:
-        if mode == "hf-ar":
-            peers[mode] = _hf_peer(hf, eos_ids)
-        elif mode == "hf-lookup":
-            peers[mode] = _hf_peer(hf, eos_ids, prompt_lookup_num_tokens=HF_LOOKUP_TOKENS)
-        elif mode == "hf-assisted":
-            peers[mode] = _hf_peer(hf, eos_ids, assistant_model=_hf_load(draft, dtype))
-        elif mode == "llamacpp":
-            peers[mode] = _llamacpp_peer(model, eos_ids)
-    return peers
+    runs: dict[str, Callable[[], RunPeer]] = {
+        "hf-ar": lambda: _hf_peer(hf, eos_ids, decode),
+        "hf-lookup": lambda: _hf_peer(hf, eos_ids, decode, prompt_lookup_num_tokens=HF_LOOKUP_TOKENS),
+        "hf-assisted": lambda: _hf_peer(hf, eos_ids, decode, assistant_model=_hf_load(draft, dtype)),
+        "llamacpp": lambda: _llamacpp_peer(model, eos_ids, decode)}
+    return [Peer(mode, runs[mode]()) for mode in modes]

@@ -1,0 +1,182 @@
+"""`lsp_server bench [PATH...]`: every decoding mode side by side, on the user's own code.
+
+Each task is run in every mode, modes interleaved per task (in a rotating order) so machine
+drift hits all of them alike (runner.py). Before each timed completion the prompt is prefilled
+untimed, so every mode starts from the same warm KV cache (as the server's common-prefix reuse
+gives it while the user types) and the times compare decoding alone. With --cold each task is
+also timed from an empty cache, prefill included (the first request at a new spot of a file),
+peers alike. A completion is up to --max-new-tokens greedy tokens with no stop rule but
+end-of-text, the same in every mode, so outputs compare token for token. With --endpoint the
+same tasks go to a shared server (mode "remote").
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+
+from engine.api import MODES
+from engine.errors import EngineError
+from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwidth_gb_s
+from lsp_server.bench.peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
+from lsp_server.bench.report import format_table, plot, summarize, write_json
+from lsp_server.bench.runner import Contender, Documents, EngineMode, run_all
+from lsp_server.bench.sources import SOURCE_SUFFIXES, Sources, find_sources
+from lsp_server.bench.tasks import WORKLOADS, Task, build_tasks, prompt_tokens
+from lsp_server.engines import open_engine
+from lsp_server.options import add_model_arguments, model_settings
+
+REMOTE = "remote"  # the mode of a shared server's runs
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="measure completion latency of every decoding mode on your code",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", type=Path, nargs="*", default=[Path(".")],
+                   help="source files or folders (default: the current directory)")
+    add_model_arguments(p)
+    p.add_argument("--modes", default=None,
+                   help=f"comma-separated, from {','.join(MODES + PEER_MODES)} "
+                        "(default: every mode available here; ar always runs, it is the baseline)")
+    p.add_argument("--tasks", type=int, default=20, help="tasks per workload (default 20)")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per completion (default 48)")
+    p.add_argument("--seed", type=int, default=0, help="picks the cursor positions (default 0)")
+    p.add_argument("--workload", choices=(*WORKLOADS, "all"), default="all")
+    p.add_argument("--context-chars", type=int, default=2048,
+                   help="characters of the file before the cursor in each prompt (default 2048)")
+    p.add_argument("--cold", action="store_true",
+                   help="also time every task from an empty cache, prefill included")
+    p.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
+    p.add_argument("--plot", type=Path, default=None, help="draw latency per mode to this .png")
+
+
+def _fail(message: str) -> SystemExit:
+    return SystemExit(f"lsp_server bench: {message}")
+
+
+def _say(message: str) -> None:
+    print(f"lsp_server bench: {message}", file=sys.stderr)
+
+
+def _requested_modes(args: argparse.Namespace) -> tuple[list[str], bool]:
+    """The modes to run (ar first) and whether the user named them."""
+    if args.endpoint:
+        if args.cold or args.modes or args.plot:
+            raise _fail("--cold, --modes and --plot are for local decoding; with --endpoint the server decodes")
+        return [REMOTE], True
+    if args.modes is None:
+        return [m for m in MODES if m != "draft" or args.draft] + list(PEER_MODES), False
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for mode in modes:
+        if mode not in MODES + PEER_MODES:
+            raise _fail(f"unknown mode {mode!r} (choose from {', '.join(MODES + PEER_MODES)})")
+    if "draft" in modes and not args.draft:
+        raise _fail("mode 'draft' needs a draft model: give --draft")
+    return ["ar"] + [m for m in dict.fromkeys(modes) if m != "ar"], True
+
+
+def _available_modes(args: argparse.Namespace, model_path: Path | None) -> list[str]:
+    modes, named = _requested_modes(args)
+    draft = Path(args.draft) if args.draft else None
+    kept = []
+    for mode in modes:
+        try:
+            if mode in PEER_MODES:
+                check_peer(mode, model_path, draft)
+            kept.append(mode)
+        except PeerUnavailable as exc:
+            if named:
+                raise _fail(str(exc)) from None
+            _say(f"skipping a peer: {exc}")
+    return kept
+
+
+def _tasks(args: argparse.Namespace) -> tuple[list[Task], dict[str, list[int]], Sources]:
+    sources = find_sources(args.paths)
+    if sources.skipped:
+        _say("skipped " + ", ".join(f"{n} {why}" for why, n in sorted(sources.skipped.items()))
+             + " file(s)")
+    if not sources.files:
+        raise _fail(f"no source files found under {', '.join(map(str, args.paths))} (looked for "
+                    f"{' '.join(sorted(SOURCE_SUFFIXES))}; .gitignore'd files are skipped)")
+    tasks: list[Task] = []
+    ids: dict[str, list[int]] = {}
+    for workload in WORKLOADS if args.workload == "all" else (args.workload,):
+        found = build_tasks(sources.files, workload, args.tasks, args.seed, args.context_chars)
+        if not found:
+            _say(f"no {workload} tasks found in these files")
+            continue
+        ids[workload] = list(range(len(tasks), len(tasks) + len(found)))
+        tasks += found
+    if not tasks:
+        raise _fail("no completion tasks could be built from these files")
+    return tasks, ids, sources
+
+
+def _model_path(args: argparse.Namespace) -> Path | None:
+    """The local model file the peers load (None with --endpoint: the server has the model)."""
+    if args.endpoint:
+        return None
+    from engine.models import resolve
+
+    return resolve(args.model)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.tasks < 1 or args.max_new_tokens < 1:
+        raise _fail("--tasks and --max-new-tokens must be at least 1")
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise _fail("--plot needs matplotlib, which is not installed: pip install 'draftline[bench]'")
+    try:
+        model_path = _model_path(args)
+        modes = _available_modes(args, model_path)
+        tasks, workload_ids, sources = _tasks(args)
+        started = time.perf_counter()
+        engine = open_engine(model_settings(args))
+        if engine.problem:
+            raise EngineError(engine.problem)
+        described = engine.describe()
+        contenders: list[Contender] = [EngineMode(engine, m) for m in modes if m not in PEER_MODES]
+        peers = [m for m in modes if m in PEER_MODES]
+        if peers:
+            from engine.models import DTYPES
+
+            contenders += load_peers(peers, model_path, Path(args.draft) if args.draft else None,
+                                     DTYPES[described["dtype"]], frozenset(engine.tokenizer.eos_ids),
+                                     engine.tokenizer.decode)
+    except EngineError as exc:
+        raise _fail(str(exc)) from None
+    _say(f"loaded in {time.perf_counter() - started:.1f} s (not timed); {len(tasks)} tasks x "
+         f"{len(modes)} modes: {', '.join(modes)}")
+    caches = (False, True) if args.cold else (False,)
+    try:
+        runs = run_all(contenders, tasks, [prompt_tokens(t, engine.tokenizer) for t in tasks],
+                       Documents(engine, sources.files), args.max_new_tokens, caches)
+    except EngineError as exc:  # a remote server that stopped answering
+        raise _fail(str(exc)) from None
+    remote = described["kind"] == "remote"
+    weight_bytes = described.get("weight_bytes")
+    report = {
+        "model": {"target": described.get("served_model") if remote else str(model_path), "draft": args.draft}
+        | described,
+        "machine": {"cpu": cpu_name(), "cores": os.cpu_count()} | (
+            {"client_only": True} if remote else
+            {"copy_bandwidth_gb_s": round(copy_bandwidth_gb_s(), 2), "read_bandwidth_gb_s": round(read_bandwidth_gb_s(), 2)}),
+        "settings": {"modes": modes, "tasks_per_workload": args.tasks, "max_new_tokens": args.max_new_tokens,
+                     "seed": args.seed, "context_chars": args.context_chars,
+                     "hf_prompt_lookup_num_tokens": HF_LOOKUP_TOKENS if "hf-lookup" in modes else None},
+        "sources": {"files": len(sources.files), "skipped": sources.skipped},
+    }
+    references = {i: t.reference for i, t in enumerate(tasks)}
+    for key, cold in (("workloads", False), ("cold_workloads", True))[:len(caches)]:
+        report[key] = summarize([r for r in runs if r.cold == cold], workload_ids, references,
+                                modes, weight_bytes, baseline=modes[0])
+    sys.stdout.write(format_table(report) + "\n")  # the report is the command's output
+    if args.json is not None:
+        write_json(report, args.json)
+    if args.plot is not None:
+        plot(runs, workload_ids, modes, args.plot)
+    return 0

@@ -1,0 +1,110 @@
+"""The one loop every mode and peer goes through: each task, each contender in a rotating order
+(so machine drift hits all alike), warm and, with --cold, from an empty cache.
+
+A contender is anything that completes a prompt of token ids: a decoding mode of our engine,
+a remote server, or a peer library (peers.py). Each decides what "warm" means for itself (its
+prompt prefilled untimed, as the server's common-prefix reuse gives it while a user types) and
+what "cold" means (an empty cache, the prefill on the clock).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from engine.api import CompletionEngine, Request
+from lsp_server.bench.report import Run
+from lsp_server.bench.sources import SourceFile
+from lsp_server.bench.tasks import Task
+
+
+class Contender(Protocol):
+    mode: str
+
+    def run(self, prompt: list[int], max_new_tokens: int, cold: bool) -> Run:
+        """One timed completion: up to `max_new_tokens` greedy tokens, no stop rule but
+        end-of-text. The Run's task, mode and cold fields are filled in by the loop."""
+        ...
+
+
+class EngineMode:
+    """A decoding mode of our engine (local, or remote where the server decodes)."""
+
+    def __init__(self, engine: CompletionEngine, mode: str):
+        self.engine, self.mode = engine, mode
+        self.remote = engine.describe()["kind"] == "remote"
+
+    def run(self, prompt: list[int], max_new_tokens: int, cold: bool) -> Run:
+        engine = self.engine
+        if self.remote:  # a request the server answers with one token leaves the prompt in its cache
+            engine.complete(prompt, Request(1))
+        elif cold:
+            engine.forget_cache()
+        else:
+            engine.prefill(prompt)  # the untimed prefill
+        start = time.perf_counter()
+        result = engine.complete(prompt, Request(max_new_tokens), self.mode)
+        ms = (time.perf_counter() - start) * 1000
+        s = result.stats
+        if self.remote:  # ids are not streamed: the server's count of tokens
+            return Run(-1, self.mode, [0] * s.new_tokens, result.text, ms, s.new_tokens, None)
+        emitted = s.new_tokens + (s.stop_reason == "eos")
+        return Run(-1, self.mode, result.tokens, result.text, ms, emitted, s.target_passes, s.drafted, s.accepted)
+
+
+class Documents:
+    """The run's other files as the engine's documents, as the server has the open files.
+    The task's own file is left out: its text after the cursor is what we ask for."""
+
+    def __init__(self, engine: CompletionEngine, sources: Sequence[SourceFile]):
+        self.engine = engine
+        self.texts = {str(s.path): s.text for s in sources}
+        for doc_id, text in self.texts.items():
+            engine.set_document(doc_id, text)
+        self.hidden: str | None = None
+
+    def hide(self, path: Path) -> None:
+        if self.hidden is not None:
+            self.engine.set_document(self.hidden, self.texts[self.hidden])
+        self.hidden = str(path)
+        self.engine.remove_document(self.hidden)
+
+
+class Progress:
+    """A bar on stderr: redrawn in place on a terminal, one line per tenth otherwise."""
+
+    def __init__(self, total: int, width: int = 30):
+        self.total, self.width, self.done = total, width, 0
+        self.tty = sys.stderr.isatty()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        filled = self.width * self.done // self.total
+        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {label}"
+        if self.tty:
+            print(f"\r{line:<80}", end="\n" if self.done == self.total else "", file=sys.stderr, flush=True)
+        elif self.done * 10 // self.total != (self.done - 1) * 10 // self.total:
+            print(line, file=sys.stderr, flush=True)
+
+
+def run_all(contenders: list[Contender], tasks: list[Task], prompts: list[list[int]], documents: Documents,
+            max_new_tokens: int, caches: tuple[bool, ...]) -> list[Run]:
+    """Every task in every contender (and cache state)."""
+    documents.hide(tasks[0].path)
+    for c in contenders:  # warm-up: first calls pay for allocations and lazy initialisation
+        for cold in caches:
+            c.run(prompts[0], min(8, max_new_tokens), cold)
+    runs: list[Run] = []
+    progress = Progress(len(tasks) * len(contenders) * len(caches))
+    for i, (task, prompt) in enumerate(zip(tasks, prompts)):
+        documents.hide(task.path)
+        shift = i % len(contenders)
+        for c in contenders[shift:] + contenders[:shift]:
+            for cold in caches:
+                r = c.run(prompt, max_new_tokens, cold)
+                r.task, r.mode, r.cold = i, c.mode, cold
+                runs.append(r)
+                progress.step(f"{task.workload} {c.mode}{' cold' if cold else ''}")
+    return runs
