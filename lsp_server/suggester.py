@@ -73,11 +73,12 @@ class Suggestion:
 
 class Suggester:
     def __init__(self, engine: CompletionEngine, settings: Settings, others: Others,
-                 budget: Budget = Budget()):
+                 budget: Budget = Budget(), cold_prefill_s: float = COLD_PREFILL_S):
         self.engine = engine
         self.settings = settings  # replaced by the server when its settings change
         self.others = others
         self.budget = budget
+        self.cold_prefill_s = cold_prefill_s
         self._snippets: dict[str, tuple[int, str]] = {}  # uri -> (prefix window block, header)
 
     def forget(self, uri: str) -> None:
@@ -100,9 +101,9 @@ class Suggester:
         CPU would otherwise wait a long time for its first suggestion."""
         engine = self.engine
         full = build_prompt(cursor, engine.tokenizer, engine.max_len, header, self.budget)
-        if engine.prefill_seconds(full) <= COLD_PREFILL_S:
+        if engine.prefill_seconds(full) <= self.cold_prefill_s:
             return full, None
-        fits = int(engine.prefill_tokens_per_s() * COLD_PREFILL_S)
+        fits = int(engine.prefill_tokens_per_s() * self.cold_prefill_s)
         cold = Budget(prefix_tokens=max(32, fits * 4 // 5), suffix_tokens=fits // 5, snippet_tokens=0)
         return build_prompt(cursor, engine.tokenizer, engine.max_len, "", cold), full
 

@@ -23,7 +23,9 @@ from engine.errors import EngineError
 from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwidth_gb_s
 from lsp_server.bench.peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
 from lsp_server.bench.report import format_table, plot, summarize, write_json
-from lsp_server.bench.runner import Contender, Documents, EngineMode, run_all
+from lsp_server.bench.quality import format_quality, line_tasks, score
+from lsp_server.bench.quality import summarize as summarize_quality
+from lsp_server.bench.runner import Contender, Documents, EngineMode, Progress, run_all
 from lsp_server.bench.sources import SOURCE_SUFFIXES, Sources, find_sources
 from lsp_server.bench.tasks import WORKLOADS, Task, build_tasks, prompt_tokens
 from lsp_server.engines import open_engine
@@ -49,6 +51,9 @@ def add_parser(sub) -> None:
                    help="characters of the file before the cursor in each prompt (default 2048)")
     p.add_argument("--cold", action="store_true",
                    help="also time every task from an empty cache, prefill included")
+    p.add_argument("--quality", type=int, default=0, metavar="N",
+                   help="also score N next-line completions of your code (exact match, edit similarity) "
+                        "through the server's suggestion path, in every mode")
     p.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     p.add_argument("--plot", type=Path, default=None, help="draw latency per mode to this .png")
 
@@ -94,7 +99,7 @@ def _available_modes(args: argparse.Namespace, model_path: Path | None) -> list[
     return kept
 
 
-def _tasks(args: argparse.Namespace) -> tuple[list[Task], dict[str, list[int]], Sources]:
+def _sources(args: argparse.Namespace) -> Sources:
     sources = find_sources(args.paths)
     if sources.skipped:
         _say("skipped " + ", ".join(f"{n} {why}" for why, n in sorted(sources.skipped.items()))
@@ -102,6 +107,10 @@ def _tasks(args: argparse.Namespace) -> tuple[list[Task], dict[str, list[int]], 
     if not sources.files:
         raise _fail(f"no source files found under {', '.join(map(str, args.paths))} (looked for "
                     f"{' '.join(sorted(SOURCE_SUFFIXES))}; .gitignore'd files are skipped)")
+    return sources
+
+
+def _tasks(args: argparse.Namespace, sources: Sources) -> tuple[list[Task], dict[str, list[int]]]:
     tasks: list[Task] = []
     ids: dict[str, list[int]] = {}
     for workload in WORKLOADS if args.workload == "all" else (args.workload,):
@@ -111,9 +120,9 @@ def _tasks(args: argparse.Namespace) -> tuple[list[Task], dict[str, list[int]], 
             continue
         ids[workload] = list(range(len(tasks), len(tasks) + len(found)))
         tasks += found
-    if not tasks:
+    if not tasks and args.tasks:
         raise _fail("no completion tasks could be built from these files")
-    return tasks, ids, sources
+    return tasks, ids
 
 
 def _model_path(args: argparse.Namespace) -> Path | None:
@@ -126,14 +135,16 @@ def _model_path(args: argparse.Namespace) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.tasks < 1 or args.max_new_tokens < 1:
-        raise _fail("--tasks and --max-new-tokens must be at least 1")
+    if args.tasks < 0 or args.quality < 0 or args.max_new_tokens < 1 or args.tasks + args.quality == 0:
+        raise _fail("--tasks and --quality must be at least 0, one of them positive; --max-new-tokens at least 1")
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise _fail("--plot needs matplotlib, which is not installed: pip install 'draftline[bench]'")
     try:
         model_path = _model_path(args)
         modes = _available_modes(args, model_path)
-        tasks, workload_ids, sources = _tasks(args)
+        sources = _sources(args)
+        tasks, workload_ids = _tasks(args, sources)
+        lines = line_tasks(sources.files, args.quality, args.seed)
         started = time.perf_counter()
         engine = open_engine(model_settings(args))
         if engine.problem:
@@ -141,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         described = engine.describe()
         contenders: list[Contender] = [EngineMode(engine, m) for m in modes if m not in PEER_MODES]
         peers = [m for m in modes if m in PEER_MODES]
-        if peers:
+        if peers and tasks:
             from engine.models import DTYPES
 
             contenders += load_peers(peers, model_path, Path(args.draft) if args.draft else None,
@@ -150,33 +161,45 @@ def run(args: argparse.Namespace) -> int:
     except EngineError as exc:
         raise _fail(str(exc)) from None
     _say(f"loaded in {time.perf_counter() - started:.1f} s (not timed); {len(tasks)} tasks x "
-         f"{len(modes)} modes: {', '.join(modes)}")
-    caches = (False, True) if args.cold else (False,)
-    try:
-        runs = run_all(contenders, tasks, [prompt_tokens(t, engine.tokenizer) for t in tasks],
-                       Documents(engine, sources.files), args.max_new_tokens, caches)
-    except EngineError as exc:  # a remote server that stopped answering
-        raise _fail(str(exc)) from None
+         f"{len(contenders)} modes: {', '.join(c.mode for c in contenders)}"
+         + (f"; {len(lines)} quality lines" if lines else ""))
     remote = described["kind"] == "remote"
-    weight_bytes = described.get("weight_bytes")
     report = {
         "model": {"target": described.get("served_model") if remote else str(model_path), "draft": args.draft}
         | described,
         "machine": {"cpu": cpu_name(), "cores": os.cpu_count()} | (
             {"client_only": True} if remote else
             {"copy_bandwidth_gb_s": round(copy_bandwidth_gb_s(), 2), "read_bandwidth_gb_s": round(read_bandwidth_gb_s(), 2)}),
-        "settings": {"modes": modes, "tasks_per_workload": args.tasks, "max_new_tokens": args.max_new_tokens,
-                     "seed": args.seed, "context_chars": args.context_chars,
+        "settings": {"modes": [c.mode for c in contenders], "tasks_per_workload": args.tasks,
+                     "max_new_tokens": args.max_new_tokens, "seed": args.seed, "context_chars": args.context_chars,
+                     "quality_lines": len(lines),
                      "hf_prompt_lookup_num_tokens": HF_LOOKUP_TOKENS if "hf-lookup" in modes else None},
         "sources": {"files": len(sources.files), "skipped": sources.skipped},
     }
-    references = {i: t.reference for i, t in enumerate(tasks)}
-    for key, cold in (("workloads", False), ("cold_workloads", True))[:len(caches)]:
-        report[key] = summarize([r for r in runs if r.cold == cold], workload_ids, references,
-                                modes, weight_bytes, baseline=modes[0])
-    sys.stdout.write(format_table(report) + "\n")  # the report is the command's output
+    caches = (False, True) if args.cold else (False,)
+    engine_modes = [c.mode for c in contenders if c.mode not in PEER_MODES]
+    progress = Progress(len(tasks) * len(contenders) * len(caches) + len(lines) * len(engine_modes))
+    documents = Documents(engine, sources.files)
+    try:
+        if tasks:
+            runs = run_all(contenders, tasks, [prompt_tokens(t, engine.tokenizer) for t in tasks],
+                           documents, args.max_new_tokens, caches, progress)
+            references = {i: t.reference for i, t in enumerate(tasks)}
+            for key, cold in (("workloads", False), ("cold_workloads", True))[:len(caches)]:
+                report[key] = summarize([r for r in runs if r.cold == cold], workload_ids, references,
+                                        [c.mode for c in contenders], described.get("weight_bytes"),
+                                        baseline=modes[0])
+        if lines:
+            scored = score(engine, engine_modes, lines, documents, Path.cwd(), progress.step)
+            report["quality"] = summarize_quality(scored, engine_modes, baseline=modes[0])
+    except EngineError as exc:  # a remote server that stopped answering
+        raise _fail(str(exc)) from None
+    table = format_table(report) if tasks else ""
+    if lines:
+        table += format_quality(report["quality"], len(lines))
+    sys.stdout.write(table.lstrip("\n") + "\n")  # the report is the command's output
     if args.json is not None:
         write_json(report, args.json)
-    if args.plot is not None:
-        plot(runs, workload_ids, modes, args.plot)
+    if args.plot is not None and tasks:
+        plot(runs, workload_ids, [c.mode for c in contenders], args.plot)
     return 0

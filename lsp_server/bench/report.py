@@ -84,7 +84,7 @@ def _cell(value: float | None, fmt: str) -> str:
 
 
 def format_table(report: dict) -> str:
-    copy = report["machine"].get("copy_bandwidth_gb_s")
+    copy, read = (report["machine"].get(f"{kind}_bandwidth_gb_s") for kind in ("copy", "read"))
     lines = []
     header = (f"{'mode':<12}{'p50 ms':>9}{'p95 ms':>9}{'tok/s':>8}{'tok/pass':>10}{'accept':>10}"
               f"{'speedup':>9}{'same as ar':>12}{'1st line ok':>13}")
@@ -102,9 +102,9 @@ def format_table(report: dict) -> str:
                 f"{speedup}{_cell(m['identical_to_ar'], '12.2f')}"
                 f"{_cell(m['first_line_correct'], '13.2f')}")
         bandwidth = data["modes"].get("ar", {}).get("bandwidth_gb_s")
-        if bandwidth and copy:
-            lines.append(f"ar reads the weights at {bandwidth:.1f} GB/s: {bandwidth / copy:.0%} of this "
-                         f"machine's measured copy rate ({copy:.1f} GB/s)")
+        if bandwidth and read:
+            lines.append(f"ar reads the weights at {bandwidth:.1f} GB/s: {bandwidth / read:.0%} of this "
+                         f"machine's measured read rate ({read:.1f} GB/s; copy rate {copy:.1f} GB/s)")
     return "\n".join(lines).lstrip("\n")
 
 

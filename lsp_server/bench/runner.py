@@ -55,21 +55,29 @@ class EngineMode:
 
 
 class Documents:
-    """The run's other files as the engine's documents, as the server has the open files.
-    The task's own file is left out: its text after the cursor is what we ask for."""
+    """The run's files as the engine's documents, as the server has the open files. The
+    task's own file is left out (latency tasks: its text after the cursor is what we ask for)
+    or held as the editor has it (quality tasks: without the line being written)."""
 
     def __init__(self, engine: CompletionEngine, sources: Sequence[SourceFile]):
         self.engine = engine
         self.texts = {str(s.path): s.text for s in sources}
         for doc_id, text in self.texts.items():
             engine.set_document(doc_id, text)
-        self.hidden: str | None = None
+        self.changed: str | None = None
 
     def hide(self, path: Path) -> None:
-        if self.hidden is not None:
-            self.engine.set_document(self.hidden, self.texts[self.hidden])
-        self.hidden = str(path)
-        self.engine.remove_document(self.hidden)
+        self.edit(path, None)
+
+    def edit(self, path: Path, text: str | None) -> None:
+        """Hold `text` as `path`'s document (None: none), the previous change undone."""
+        if self.changed is not None:
+            self.engine.set_document(self.changed, self.texts[self.changed])
+        self.changed = str(path)
+        if text is None:
+            self.engine.remove_document(self.changed)
+        else:
+            self.engine.set_document(self.changed, text)
 
 
 class Progress:
@@ -90,14 +98,13 @@ class Progress:
 
 
 def run_all(contenders: list[Contender], tasks: list[Task], prompts: list[list[int]], documents: Documents,
-            max_new_tokens: int, caches: tuple[bool, ...]) -> list[Run]:
+            max_new_tokens: int, caches: tuple[bool, ...], progress: Progress) -> list[Run]:
     """Every task in every contender (and cache state)."""
     documents.hide(tasks[0].path)
     for c in contenders:  # warm-up: first calls pay for allocations and lazy initialisation
         for cold in caches:
             c.run(prompts[0], min(8, max_new_tokens), cold)
     runs: list[Run] = []
-    progress = Progress(len(tasks) * len(contenders) * len(caches))
     for i, (task, prompt) in enumerate(zip(tasks, prompts)):
         documents.hide(task.path)
         shift = i % len(contenders)
