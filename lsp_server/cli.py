@@ -1,4 +1,4 @@
-"""`lsp_server`: the stdio language server (`--stdio`), `complete` and `bench`."""
+"""`lsp_server`: the stdio language server (`--stdio`), `complete`, `fetch` and `bench`."""
 from __future__ import annotations
 
 import argparse
@@ -32,6 +32,27 @@ def _complete_parser(sub) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _fetch_parser(sub) -> None:
+    from engine.catalog import DEFAULT, KNOWN
+
+    p = sub.add_parser("fetch", help="fetch models by name now (they are fetched on first use otherwise)",
+                       description="Fetch known models into the user cache, verified, for offline use: "
+                                   + "; ".join(f"{m.name}: {m.summary}" for m in KNOWN.values()))
+    p.add_argument("names", nargs="*", default=[DEFAULT], help=f"model names or hf:... (default: {DEFAULT})")
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    from engine.errors import EngineError
+    from engine.fetch import model_path
+
+    for name in args.names:
+        try:
+            sys.stdout.write(f"{model_path(name)}\n")  # where it is: the command's output
+        except EngineError as exc:
+            raise SystemExit(f"lsp_server: {exc}") from None
+    return 0
 
 
 def _read_text(path: Path) -> str:
@@ -110,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     add_model_arguments(parser)
     sub = parser.add_subparsers(dest="command")
     _complete_parser(sub)
+    _fetch_parser(sub)
     bench.add_parser(sub)
     args = parser.parse_args(argv)
     for name, value in model_settings(args).items():  # flags given before or after the command
@@ -120,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         return server.serve_stdio(args)
     if args.command == "complete":
         return run_complete(args)
+    if args.command == "fetch":
+        return run_fetch(args)
     if args.command == "bench":
         return bench.run(args)
     parser.print_help(sys.stderr)

@@ -8,87 +8,9 @@
 local draftline = require('draftline')
 local TIMEOUT_MS = 150000
 
-local function log(...)
-  io.stderr:write(table.concat(vim.tbl_map(tostring, { ... }), ' ') .. '\n')
-end
-
-local function fail(msg)
-  log('FAIL: ' .. msg)
-  vim.cmd('cquit 1')
-end
-
-local co
---- Let the main loop run (typeahead, timers, LSP messages) until `pred` holds.
-local function wait_until(what, pred, timeout_ms)
-  local deadline = vim.uv.now() + (timeout_ms or 60000)
-  while not pred() do
-    if vim.uv.now() > deadline then
-      fail('timed out waiting for ' .. what)
-    end
-    vim.defer_fn(function() assert(coroutine.resume(co)) end, 50)
-    coroutine.yield()
-  end
-end
-
-local function feed(keys)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), 'm', false)
-end
-
---- Ghost text drawn on the buffer, from any namespace: inline text plus virtual lines.
-local function ghost_text(bufnr)
-  local parts = {}
-  for _, m in ipairs(vim.api.nvim_buf_get_extmarks(bufnr, -1, 0, -1, { details = true })) do
-    local d = m[4]
-    local line = {}
-    for _, chunk in ipairs(d.virt_text or {}) do
-      line[#line + 1] = chunk[1]
-    end
-    parts[#parts + 1] = table.concat(line)
-    for _, vl in ipairs(d.virt_lines or {}) do
-      local l = {}
-      for _, chunk in ipairs(vl) do
-        l[#l + 1] = chunk[1]
-      end
-      parts[#parts + 1] = table.concat(l)
-    end
-  end
-  return table.concat(parts, '\n')
-end
-
---- The server's own answer at the cursor, asked directly (the independent route).
-local function server_suggestion(bufnr)
-  local client = vim.lsp.get_clients({ name = 'draftline', bufnr = bufnr })[1]
-  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
-  params.context = { triggerKind = 1 }
-  local resp = client:request_sync('textDocument/inlineCompletion', params, 30000, bufnr)
-  local items = resp and resp.result and (resp.result.items or resp.result) or {}
-  if not items[1] then
-    return nil
-  end
-  local item = items[1]
-  local text = type(item.insertText) == 'string' and item.insertText or item.insertText.value
-  -- The part already typed between the item's range start and the cursor is not new.
-  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
-  local line = vim.api.nvim_buf_get_lines(bufnr, row - 1, row, true)[1]
-  local start = vim.str_byteindex(line, client.offset_encoding, item.range.start.character, false)
-  return text:sub(col - start + 1)
-end
-
-local function stats(bufnr)
-  local client = vim.lsp.get_clients({ name = 'draftline', bufnr = bufnr })[1]
-  local resp = client:request_sync('workspace/executeCommand', { command = 'draftline.stats', arguments = {} }, 10000, bufnr)
-  return resp.result
-end
-
-local function buffer_text(bufnr)
-  return table.concat(vim.api.nvim_buf_get_lines(bufnr, 0, -1, true), '\n')
-end
-
-local function check(cond, msg)
-  if not cond then
-    fail(msg)
-  end
-end
+local h = dofile(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)) .. '/helpers.lua')
+local log, fail, wait_until, feed, check = h.log, h.fail, h.wait_until, h.feed, h.check
+local ghost_text, server_suggestion, stats, buffer_text = h.ghost_text, h.server_suggestion, h.stats, h.buffer_text
 
 local function run()
   local dir = vim.fn.tempname()
@@ -191,11 +113,4 @@ local function run()
   vim.cmd('qa!')
 end
 
-vim.defer_fn(function() fail('the whole test timed out') end, TIMEOUT_MS + 60000)
-co = coroutine.create(function()
-  local ok, err = xpcall(run, debug.traceback)
-  if not ok then
-    fail(err)
-  end
-end)
-assert(coroutine.resume(co))
+h.run(run, TIMEOUT_MS + 60000)
