@@ -63,7 +63,7 @@ class Completion:
 
 
 class PromptTokenizer(Protocol):
-    """What prompt assembly needs of a tokenizer (engine/tokenizer.py, or a remote stand-in)."""
+    """What prompt assembly needs of a tokenizer (engine/tokenization/tokenizer.py, or a remote stand-in)."""
     fim: object | None  # FimTokens(prefix, suffix, middle) ids, or None without FIM
     add_bos: bool
 

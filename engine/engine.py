@@ -22,7 +22,7 @@ from engine.healing import Healer
 from engine.catalog import DEFAULT
 from engine.models import load_model, resolve, resolve_dtype
 from engine.api import MODES, Completion, Request
-from engine.tokenizer import Tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 from engine.user_cache import content_key, machine_key
 
 class Engine:
@@ -125,12 +125,7 @@ class Engine:
     def prefill_seconds(self, prompt: str | Sequence[int]) -> float:
         """About how long `complete(prompt)` would spend prefilling, given what is cached."""
         tokens = self.prompt_tokens(prompt)
-        cached = 0
-        for a, b in zip(self.target.tokens, tokens):
-            if a != b:
-                break
-            cached += 1
-        return (len(tokens) - cached) / self.prefill_tokens_per_s()
+        return (len(tokens) - self.target.cached_prefix(tokens)) / self.prefill_tokens_per_s()
 
     def complete(self, prompt: str | Sequence[int], request: Request = Request(),
                  mode: str = "lookup") -> Completion:

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from functools import cached_property
 
-from engine.tokenizer import Tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 
 
 class Healer:

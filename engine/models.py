@@ -14,7 +14,7 @@ from engine.fetch import model_path
 from engine.kernels import QUANT
 from engine import weight_cache
 from engine.tokenization import load_tokenizer
-from engine.tokenizer import Tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 from engine.weights import load_weights
 
 log = logging.getLogger("draftline")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.tokenizer import Tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 
 WINDOW_STEP_LINES = 16  # the prefix start moves in steps of this many lines
 SNIPPET_LINES = 12  # chunk size for snippets from other documents

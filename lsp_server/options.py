@@ -1,4 +1,6 @@
-"""Every option of the server, once: name, type, default, choices and what it does.
+"""Every option of the server, once: name, type, default, choices and what it does; and how
+a client's settings (initializationOptions, workspace/didChangeConfiguration) are merged in:
+bad values are reported and ignored, never fatal.
 
 The command line's flags, the server's `Settings`, the settings table in docs/server.md and
 the VS Code extension's `package.json` contribution are made from (or tested against) this
@@ -9,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 from dataclasses import dataclass
 
 from engine.api import BACKENDS, DTYPES, MODES
 from engine.catalog import DEFAULT, KNOWN
+
+log = logging.getLogger(__name__)
 
 MULTILINE = ("auto", "always", "never")
 
@@ -161,3 +166,26 @@ def docs_table() -> str:
         default = "null" if o.default is None else str(o.default).lower() if o.kind is bool else repr(o.default).replace("'", '"')
         rows.append(f"| {o.name} | {default} | {o.doc} |")
     return "\n".join(rows)
+
+
+def merge(base: Settings, options: object) -> tuple[Settings, list[str]]:
+    """`base` updated from a client's options dict; unknown keys and bad values are skipped
+    and described in the returned list of problems."""
+    if options is None:
+        return base, []
+    if not isinstance(options, dict):
+        return base, [f"settings must be an object, got {type(options).__name__}"]
+    if isinstance(options.get("draftline"), dict):  # VS Code style: {"draftline": {...}}
+        options = options["draftline"]
+    names = {o.name for o in SETTINGS}
+    changes, problems = {}, []
+    for name, value in options.items():
+        if name not in names:
+            problems.append(f"unknown setting {name!r}")
+        elif (why := BY_NAME[name].problem(value)) is not None:
+            problems.append(f"setting {name}={value!r} ignored: {why}")
+        else:
+            changes[name] = value
+    for p in problems:
+        log.warning("%s", p)
+    return dataclasses.replace(base, **changes), problems

@@ -23,8 +23,7 @@ from lsp_server.files import display_name, is_secret
 from lsp_server.metrics import Metrics
 from lsp_server.protocol import AnsweringProtocol
 from lsp_server.scheduler import Job, Scheduler, Superseded
-from lsp_server.options import model_settings
-from lsp_server.settings import Settings, merge
+from lsp_server.options import Settings, merge, model_settings
 from lsp_server.suggester import Plan, Suggester, Suggestion, plan as plan_at
 from lsp_server.typed_through import TypedThroughCache
 from lsp_server.workspace import WorkspaceIndex

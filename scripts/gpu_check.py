@@ -34,7 +34,7 @@ from engine.tokenization import load_tokenizer  # noqa: E402
 from engine.backends.base import Backend  # noqa: E402
 from engine.fetch import model_path
 from engine.models import load_model  # noqa: E402
-from engine.tokenizer import Tokenizer  # noqa: E402
+from engine.tokenization.tokenizer import Tokenizer  # noqa: E402
 
 # Repetitive code, so that prompt lookup has n-grams to draft from.
 PROMPTS = [

@@ -7,7 +7,7 @@ import gguf
 import pytest
 
 from engine.tokenization import load_tokenizer
-from engine.tokenizer import Tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 
 VOCAB_DIR = Path(__file__).resolve().parents[1] / ".cache" / "llama-vocab"
 SEPARATOR = "\n__ggml_vocab_test__\n"

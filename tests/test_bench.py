@@ -145,7 +145,7 @@ def test_bench_prints_a_table_progress_and_a_plot(bench):
 @pytest.mark.parametrize("argv, message", [
     (["--modes", "ar,warp"], "unknown mode 'warp'"),
     (["--modes", "draft"], "mode 'draft' needs a draft model: give --draft"),
-    (["--tasks", "0"], "--tasks and --max-new-tokens must be at least 1"),
+    (["--tasks", "0"], "--tasks and --quality must be at least 0, one of them positive"),
 ])
 def test_bad_options_get_one_clear_line(repo, argv, message):
     with pytest.raises(SystemExit) as exit_:

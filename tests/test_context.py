@@ -3,7 +3,7 @@ from dataclasses import replace
 
 from tokenizers import Tokenizer as HFTokenizer
 
-from engine.tokenizer import Tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 from lsp_server.context import (
     WINDOW_STEP_LINES, Budget, Cursor, build_prompt, prefix_window, similar_snippets)
 from tests.code_samples import stdlib_text

@@ -7,7 +7,7 @@ from tokenizers import models
 
 from engine.engine import pair_draft
 from engine.errors import EngineError
-from engine.tokenizer import Tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 from tests.tiny_models import random_llama
 
 WORDS = ["a", "b", "c", "d", "e", "f"]

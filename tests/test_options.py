@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 
 from lsp_server.cli import main
-from lsp_server.options import OPTIONS, SETTINGS, Settings, docs_table
-from lsp_server.settings import merge
+from lsp_server.options import OPTIONS, SETTINGS, Settings, docs_table, merge
 
 ROOT = Path(__file__).parent.parent
 JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -53,7 +52,7 @@ def test_a_flag_before_the_command_is_kept(capsys):
 def test_model_flags_are_accepted_before_bench():
     with pytest.raises(SystemExit) as exit_:
         main(["--threads", "2", "bench", "--tasks", "0"])
-    assert "--tasks and --max-new-tokens must be at least 1" in str(exit_.value.code)
+    assert "--tasks and --quality must be at least 0, one of them positive" in str(exit_.value.code)
 
 
 def test_every_flag_option_is_a_flag_of_complete(capsys):

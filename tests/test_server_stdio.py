@@ -28,9 +28,9 @@ def parse_stream(data: bytes) -> list[dict]:
     return messages
 
 
-def inline(msg_id, trigger_kind: int) -> dict:
+def inline(msg_id, trigger_kind: int, line: int = 0) -> dict:
     return {"jsonrpc": "2.0", "id": msg_id, "method": "textDocument/inlineCompletion",
-            "params": {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 17},
+            "params": {"textDocument": {"uri": URI}, "position": {"line": line, "character": 17},
                        "context": {"triggerKind": trigger_kind}}}
 
 
@@ -49,6 +49,7 @@ def test_stdout_is_pure_protocol_and_bad_params_get_errors():
         inline(2, 2),  # the model is still loading: an empty answer, not a hang
         inline(3, 0),  # triggerKind 0 does not exist: InvalidParams
         {"jsonrpc": "2.0", "id": 4, "method": "textDocument/inlineCompletion", "params": 5},
+        inline(10, 2, line=-1),  # positions are unsigned in LSP: InvalidParams
         partial(7, 2), partial(8, 4), partial(9, -1),  # a second report of one suggestion: +2
         {"jsonrpc": "2.0", "id": 5, "method": "workspace/executeCommand",
          "params": {"command": "draftline.stats"}},  # still serving
@@ -64,6 +65,7 @@ def test_stdout_is_pure_protocol_and_bad_params_get_errors():
     assert replies[2]["result"] is None
     assert replies[3]["error"]["code"] == -32602
     assert replies[4]["error"]["code"] == -32602
+    assert replies[10]["error"]["code"] == -32602
     assert replies[5]["result"]["requests"] == 1  # the two malformed ones never ran
     assert replies[9]["error"]["code"] == -32602  # acceptedLength -1
     assert (replies[5]["result"]["partiallyAccepted"], replies[5]["result"]["acceptedChars"]) == (2, 4)

@@ -17,7 +17,7 @@ from engine.tokenization import load_tokenizer
 from engine.healing import Healer
 from engine.models import load_model
 from engine.formats.gguf_header import read_header
-from engine.tokenizer import FimTokens
+from engine.tokenization.tokenizer import FimTokens
 from lsp_server.context import Cursor, build_prompt
 from tests import refusals
 from tests.llama_vocab import needs_vocabs, tokenizer, vocab_path, write_vocab

@@ -52,16 +52,16 @@ class Backend(ABC):
     def _compact(self, start: int, offsets: Sequence[int]) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot compact a token tree")
 
+    def cached_prefix(self, prompt: Sequence[int]) -> int:
+        """How many of `prompt`'s first tokens the cache already holds."""
+        return common_prefix(self.tokens, prompt)
+
     def sync(self, prompt: Sequence[int], cancel: threading.Event | None = None) -> int:
         """Make the cache hold exactly `prompt`, reusing the longest common prefix.
 
         Returns how many positions were reused (the rest were prefilled). When `cancel` is set
         the prefill stops after the chunk in flight; the cache then holds a prefix of `prompt`."""
-        common = 0
-        for a, b in zip(self.tokens, prompt):
-            if a != b:
-                break
-            common += 1
+        common = self.cached_prefix(prompt)
         self.truncate(common)
         rest = list(prompt[common:])
         for i in range(0, len(rest), PREFILL_CHUNK):
@@ -69,6 +69,16 @@ class Backend(ABC):
                 break
             self.forward(rest[i:i + PREFILL_CHUNK], logits=False)
         return common
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest common prefix of two token sequences."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 # Long prefills in chunks bound the size of the attention scores and the logits tensor.

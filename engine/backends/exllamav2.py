@@ -16,7 +16,7 @@ import torch
 from engine.backends.base import Backend
 from engine.errors import BackendUnavailable, EngineError, ModelLoadError
 from engine.stdout_guard import stdout_to_stderr
-from engine.tokenizer import Tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 
 INSTALL_HINT = "pip install 'draftline[exllamav2]'"
 

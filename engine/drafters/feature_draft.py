@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from engine.backends.base import PREFILL_CHUNK
+from engine.backends.base import PREFILL_CHUNK, common_prefix
 from engine.backends.torch_llama import TorchLlama
 from engine.draft_length import break_even_probability
 from engine.drafters.base import Draft
@@ -71,12 +71,7 @@ class FeatureDraft:
         its last position: the draft's guess at the token after context[-1]. Drafting calls it
         first; `prefill` calls it ahead, out of the timed path."""
         end = self.target.length
-        common = 0
-        for a, b in zip(self._inputs, context[:end + 1]):
-            if a != b:
-                break
-            common += 1
-        start = max(common - 1, 0)
+        start = max(common_prefix(self._inputs, context[:end + 1]) - 1, 0)
         self.backend.truncate(start)
         for i in range(start, end, PREFILL_CHUNK):
             j = min(i + PREFILL_CHUNK, end)

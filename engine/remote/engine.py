@@ -27,7 +27,7 @@ from engine.api import Completion, Request
 from engine.catalog import DEFAULT
 from engine.stats import Stats
 from engine.tokenization.special_names import BY_KEY
-from engine.tokenizer import FimTokens, Tokenizer
+from engine.tokenization.tokenizer import FimTokens, Tokenizer
 
 DEFAULT_MAX_LEN = 4096  # when the server does not say its context length
 # The `model` setting's default (the local default model): take the one model the server serves.
@@ -129,7 +129,7 @@ class RemoteEngine:
         self._documents.discard(doc_id)
 
     def describe(self) -> dict:
-        return {"kind": "remote", "dtype": "served", "backend": "remote", "endpoint": self.endpoint.base,
+        return {"kind": "remote", "dtype": "remote", "backend": "remote", "endpoint": self.endpoint.base,
                 "served_model": self.served.model if self.served else None}
 
     def prefill_seconds(self, prompt: object) -> float:

@@ -3,20 +3,15 @@ full models or vocab-only files) and Hugging Face folders (tokenizer.json)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from engine.errors import ModelLoadError
-
-if TYPE_CHECKING:
-    from engine.tokenizer import Tokenizer
+from engine.tokenization.gguf import load_gguf
+from engine.tokenization.hf import load_folder
+from engine.tokenization.tokenizer import Tokenizer
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """The tokenizer of a `.gguf` file (metadata only, no tensors) or a model folder."""
-    # Imported here: the loaders import engine.tokenizer, which imports this package.
-    from engine.tokenization.gguf import load_gguf
-    from engine.tokenization.hf import load_folder
-
     path = Path(path).expanduser()
     if path.is_dir():
         return load_folder(path)

@@ -12,7 +12,7 @@ from engine.errors import ModelLoadError
 from engine.tokenization import gguf_bpe, gguf_spm
 from engine.formats.gguf_header import read_header
 from engine.tokenization.special_names import BY_KEY, END_OF_GENERATION
-from engine.tokenizer import FimTokens, Tokenizer
+from engine.tokenization.tokenizer import FimTokens, Tokenizer
 
 # tokenizer.ggml.model -> (builder, how its pieces spell text)
 _MODELS: dict[str, tuple[Callable[[dict[str, Any], Path], tuple[HFTokenizer, bool]], str]] = {

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from engine.errors import ModelLoadError
 from engine.tokenization.special_names import BY_KEY, END_OF_GENERATION
-from engine.tokenizer import Tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 
 
 def _json(path: Path) -> dict[str, Any]:

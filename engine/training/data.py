@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.tokenizer import Tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 
 HELD_OUT_PERCENT = 5
 # Tests, third-party packages and generated tables are not the code people complete.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from pathlib import Path
 
-from engine.tokenizer import Tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 from lsp_server.context import fim_prompt
 from lsp_server.bench.sources import SourceFile
 

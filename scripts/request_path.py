@@ -1,0 +1,74 @@
+"""How many functions and files one inline request passes through: a profiler hook on one warm
+`suggestions()` call of the language server (the small model in fp32, lookup), counting the
+distinct functions of this project (lambdas and properties included) and their files, on the
+event loop and the model thread alike. Run from a checkout's root to count that checkout:
+
+  PYTHONPATH=. .venv/bin/python scripts/request_path.py [--list]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import threading
+from pathlib import Path
+
+from lsprotocol import types
+
+ROOT = Path.cwd().resolve()
+PACKAGES = tuple(str(ROOT / p) for p in ("engine", "lsp_server"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--list", action="store_true", help="print each function")
+    args = ap.parse_args()
+    from engine.engine import Engine
+    from lsp_server import server as server_module
+    from lsp_server.scheduler import Scheduler
+
+    from pygls.workspace import Workspace
+
+    server = server_module.server
+    server.protocol._workspace = Workspace(ROOT.as_uri())  # what `initialize` would make
+    server.status = lambda *a, **k: None  # no client to notify
+    engine = Engine.load("smollm2-135m", dtype="fp32", threads=2)
+    server.engine = engine
+    if hasattr(server, "suggester"):  # the releases that have one orchestrator
+        from lsp_server.suggester import Suggester
+
+        server.suggester = Suggester(engine, server.settings, server.shareable_documents)
+    text = (ROOT / "examples" / "shapes.py").read_text()
+    uri = (ROOT / "examples" / "shapes.py").as_uri()
+    server.workspace.put_text_document(types.TextDocumentItem(uri, "python", 1, text))
+    position = types.Position(24, 8)
+    seen: set[tuple[str, str]] = set()
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(PACKAGES):
+            seen.add((frame.f_code.co_filename, frame.f_code.co_qualname))
+
+    async def request() -> None:
+        server.settings = type(server.settings)(timeBudgetMs=0)
+        await server.suggestions(uri, position, 1)  # warm: caches filled, first-call costs paid
+        server.typed.forget(uri)
+        seen.clear()
+        threading.setprofile(hook)
+        server.scheduler = Scheduler()  # its model thread starts now, with the hook
+        sys.setprofile(hook)
+        await server.suggestions(uri, position, 1)
+        sys.setprofile(None)
+        threading.setprofile(None)
+
+    asyncio.run(request())
+    files = {f for f, _ in seen}
+    if args.list:
+        for f, name in sorted(seen):
+            print(f"{Path(f).relative_to(ROOT)}: {name}")
+    print(f"one warm inline request: {len(seen)} functions in {len(files)} files")
+    server.scheduler.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
