@@ -14,10 +14,13 @@ LLAMA_CPP_SDIST := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16.tar.gz
 CONVERTER := $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16/vendor/llama.cpp/convert_hf_to_gguf.py
 LLAMA_VOCAB := .cache/llama-vocab/ggml-vocab-qwen2.gguf.out
 
-# llama-cpp-python built once from that sdist (tests/test_remote.py serves the embedded model
-# with it as a real OpenAI-compatible server; bench's llama-cpp peer uses it too).
-LLAMA_WHEEL_DIR := .cache/wheels
-LLAMA_SERVER := $(VENV)/.llama-cpp-server
+# llama-cpp-python built once from that sdist (tests/test_remote.py serves the small model with
+# it as a real OpenAI-compatible server; bench's llama-cpp peer uses it too). It is built for
+# this machine's CPU, as a user's own build would be, so it is kept per CPU (a hash of its flags:
+# the CPU under a checkout may change between an AVX2-only EPYC and an AMX Xeon).
+CPU_KEY := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-12)
+LLAMA_WHEEL_DIR := .cache/wheels/$(CPU_KEY)
+LLAMA_SERVER := $(VENV)/.llama-cpp-server-$(CPU_KEY)
 
 install: $(STAMP)
 
@@ -83,19 +86,19 @@ $(LLAMA_VOCAB): $(LLAMA_CPP_SDIST)
 
 # llama-cpp-python 0.3.16 with its [server] extra, compiled ONCE per machine into .cache/wheels
 # (about 5-10 minutes on 2 cores) and installed from there; the stamp makes `make test` skip it
-# afterwards. The build is portable (GGML_NATIVE=OFF, AVX2/FMA/F16C), because the CPU under this
-# checkout changes between an AVX2-only EPYC and an AMX Xeon: a native build on one may not run on
-# the other. -mno-amx-*: on Xeons that advertise AMX the kernel does not enable, ggml's AMX code
-# dies with "Illegal instruction". Tests, examples, tools and llama.cpp's own server are not built.
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
-	-DGGML_BMI2=ON -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
+# afterwards. GGML_NATIVE: for this CPU, as `pip install llama-cpp-python` builds it for a user.
+# -mno-amx-*: on Xeons that advertise AMX the kernel does not enable, ggml's AMX code dies with
+# "Illegal instruction". Tests, examples, tools and llama.cpp's own server are not built.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
 	-DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DLLAMA_BUILD_TESTS=OFF \
 	-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF \
 	-DLLAMA_CURL=OFF
 $(LLAMA_SERVER): $(LLAMA_CPP_SDIST)
 	@if ! ls $(LLAMA_WHEEL_DIR)/llama_cpp_python-0.3.16-*.whl >/dev/null 2>&1; then \
-		echo "building llama-cpp-python 0.3.16 once (several minutes)"; \
+		echo "building llama-cpp-python 0.3.16 for this CPU once (several minutes)"; \
 		CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" \
 		$(PY) -m pip wheel --quiet --no-deps -w $(LLAMA_WHEEL_DIR) $(LLAMA_CPP_SDIST); fi
+	$(PY) -m pip install --quiet --force-reinstall --no-deps "$$(ls $(LLAMA_WHEEL_DIR)/llama_cpp_python-0.3.16-*.whl | head -1)"
 	$(PY) -m pip install --quiet "$$(ls $(LLAMA_WHEEL_DIR)/llama_cpp_python-0.3.16-*.whl | head -1)[server]"
+	rm -f $(VENV)/.llama-cpp-server*
 	touch $@
