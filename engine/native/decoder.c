@@ -1,16 +1,17 @@
-/* One pass of a Llama-family model with weight-only int4/int8 matrices, on the CPU: a prefill
-chunk, a decoding step or a verification pass of a chain or a token tree.
+/* One pass of a Llama-family model on the CPU: a prefill chunk, a decoding step or a
+verification pass of a chain or a token tree.
 
 Why: in eager PyTorch a one-token pass of a small model is mostly per-op overhead (~1,600 ops
-of ~7 us each), and torch's int4/int8 kernels convert weights per block of rows, so a 13-token
-verification pass costs 2.4x a one-token pass. Here a whole pass is one call: every layer's
-norm, products (matmul.c), rotary, cache writes and attention, then the final norm and the head.
+of ~7 us each), and converting a GGUF's blocks to torch's formats costs start-up time and
+memory. Here a whole pass is one call that reads every matrix in its stored format (a GGUF
+file's own blocks where it is mapped, or the torch backend's int4/int8): every layer's norm,
+products (matmul.c), rotary, cache writes and attention, then the final norm and the head.
 
 Exactness by construction: every output element (a row of a matrix times a token's vector, a
 query head's attention for one token) is computed by one thread with a fixed order of
 operations that does not depend on the pass width, the thread count or the other tokens, so
 a token's logits are bitwise the same in a 13-token pass as in a one-token pass. Activations
-and sums are float32; the KV cache is bf16, shared with the torch code.
+are quantized per token (unpack.c); sums are float32; the KV cache is bf16.
 
 Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__init__.py).
 */
@@ -29,19 +30,23 @@ Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__in
 enum { MAX_THREADS = 64, MAX_GROUP = 8, MAX_HEAD_DIM = 256 };
 
 typedef struct {
-  const uint16_t *attn_norm, *ffn_norm, *bqkv; /* bf16; bqkv may be NULL */
-  Matrix wqkv, wo, w_gate_up, w_down;         /* w_gate_up: gate rows, then up rows */
+  const float *attn_norm, *ffn_norm, *bqkv; /* bqkv may be NULL */
+  Matrix wqkv, wo, w_gate_up, w_down;       /* w_gate_up: gate rows, then up rows */
 } Layer;
 
 typedef struct {
   int32_t n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, max_len;
+  int32_t rotary_pairs; /* rotate adjacent pairs (GGUF's Q/K row order for llama) instead of halves */
   float eps;
   const Layer *layers;
-  const uint16_t *norm;
+  const float *norm;
   Matrix head;
   uint16_t *k_cache, *v_cache; /* bf16 [n_layers, n_kv_heads, max_len, head_dim] */
-  const float *cos, *sin;      /* [max_len, head_dim] */
+  const float *cos, *sin;      /* [max_len, head_dim], halves alike */
 } Model;
+
+/* Version of the structs above and in native.h; the Python mirror checks it. */
+int draftline_abi(void) { return 2; }
 
 static inline __m256 load_bf16x8(const uint16_t *p) {
   __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -55,27 +60,31 @@ static inline float sum8(__m256 v) {
   return _mm_cvtss_f32(a);
 }
 
-static void add_bias(const uint16_t *bias, int T, float *y, int ldy, int n0, int n1) {
+static void add_bias(const float *bias, int T, float *y, int ldy, int n0, int n1) {
   for (int t = 0; t < T; t++)
-    for (int n = n0; n < n1; n++) y[(size_t)t * ldy + n] += bf16_to_f32(bias[n]);
+    for (int n = n0; n < n1; n++) y[(size_t)t * ldy + n] += bias[n];
 }
 
 /* ---- the rest of a layer ---- */
 
-static void rms_norm(const float *x, const uint16_t *weight, int dim, float eps, float *out) {
+static void rms_norm(const float *x, const float *weight, int dim, float eps, float *out) {
   float ss = 0;
   for (int i = 0; i < dim; i++) ss += x[i] * x[i];
   float r = 1.0f / sqrtf(ss / dim + eps);
-  for (int i = 0; i < dim; i++) out[i] = x[i] * r * bf16_to_f32(weight[i]);
+  for (int i = 0; i < dim; i++) out[i] = x[i] * r * weight[i];
 }
 
-/* Rotary embedding on one head, rotating halves (the torch code's rotate_half). */
-static void rotate(float *v, const float *cos, const float *sin, int hd) {
-  int h = hd / 2;
+/* Rotary embedding on one head: rotating halves (Hugging Face's rotate_half), or adjacent
+   pairs, which is the same rotation of the same numbers where a GGUF of the llama family stores
+   each head's Q/K rows interleaved (llama.cpp's converter permutes them): element 2i there is
+   element i of the Hugging Face row, 2i + 1 is i + hd/2. */
+static void rotate(float *v, const float *cos, const float *sin, int hd, int pairs) {
+  const int h = hd / 2;
   for (int i = 0; i < h; i++) {
-    float a = v[i], b = v[i + h];
-    v[i] = a * cos[i] - b * sin[i];
-    v[i + h] = b * cos[i + h] + a * sin[i + h];
+    const int j = pairs ? 2 * i : i, k = pairs ? 2 * i + 1 : i + h;
+    const float a = v[j], b = v[k];
+    v[j] = a * cos[i] - b * sin[i];
+    v[k] = b * cos[i] + a * sin[i];
   }
 }
 
@@ -221,8 +230,10 @@ typedef struct {
   int T, start, threads;
   const int32_t *pos;
   const uint8_t *local;
-  float *x, *logits, *qkv, *attn, *act, *gate_up; /* shared by the threads */
-  char *private_memory;                            /* each thread's own, `private_bytes` apart */
+  float *x, *logits;                   /* the residual stream [T, dim]; logits [T, head.rows] or NULL */
+  float *h, *qkv, *attn, *act, *gate_up; /* shared by the threads */
+  Acts normed, attended, activated;    /* h, attn and act, quantized for the products */
+  char *private_memory;                /* each thread's own, `private_bytes` apart */
   size_t private_bytes, products_bytes;
   Barrier barrier;
   atomic_int ready; /* set once `threads` says how many threads did start */
@@ -238,13 +249,59 @@ static void share(int n, int id, int threads, int *begin, int *end) {
   *end = (int)((long)n * (id + 1) / threads);
 }
 
-static void norm_rows(const Pass *p, const uint16_t *weight, float *out) {
-  for (int t = 0; t < p->T; t++)
-    rms_norm(p->x + (size_t)t * p->m->dim, weight, p->m->dim, p->m->eps, out + (size_t)t * p->m->dim);
+/* The row where a thread's share of a matrix's bytes begins, rounded to a multiple of `align`
+   (parts of different formats weigh differently; which thread takes a row never changes it). */
+static int share_bytes(const Matrix *w, int align, int id, int threads) {
+  if (id >= threads) return w->rows;
+  double total = 0;
+  for (int i = 0; i < w->n_parts; i++) total += (double)w->parts[i].rows * w->parts[i].row_bytes;
+  double left = total * id / threads;
+  int row = 0;
+  for (int i = 0; i < w->n_parts; i++) {
+    const double bytes = (double)w->parts[i].rows * w->parts[i].row_bytes;
+    if (left < bytes) {
+      row += (int)(left / w->parts[i].row_bytes);
+      break;
+    }
+    left -= bytes;
+    row += w->parts[i].rows;
+  }
+  row = (row + align / 2) / align * align;
+  return row < w->rows ? row : w->rows;
+}
+
+/* Each thread normalizes its share of the tokens (x -> h) and quantizes them. */
+static void norm_tokens(Pass *p, int id, const float *weight) {
+  const int D = p->m->dim;
+  int a, b;
+  share(p->T, id, p->threads, &a, &b);
+  for (int t = a; t < b; t++) rms_norm(p->x + (size_t)t * D, weight, D, p->m->eps, p->h + (size_t)t * D);
+  acts_quantize(&p->normed, a, b, 0, D);
+}
+
+/* The fused Q/K/V product for whole heads [h0, h1) of the nh + 2 nkv heads of each token,
+   then rotary on its queries and keys, and keys and values into the cache. */
+static void qkv_heads(Pass *p, const Layer *L, int layer, int h0, int h1, void *scratch) {
+  const Model *m = p->m;
+  const int hd = m->head_dim, nh = m->n_heads, nkv = m->n_kv_heads, nqkv = (nh + 2 * nkv) * hd;
+  matmul(&L->wqkv, &p->normed, p->T, p->qkv, nqkv, h0 * hd, h1 * hd, 0, scratch);
+  if (L->bqkv) add_bias(L->bqkv, p->T, p->qkv, nqkv, h0 * hd, h1 * hd);
+  for (int t = 0; t < p->T; t++) {
+    const float *cos = m->cos + (size_t)p->pos[t] * hd, *sin = m->sin + (size_t)p->pos[t] * hd;
+    for (int head = h0; head < h1; head++) {
+      float *v = p->qkv + (size_t)t * nqkv + (size_t)head * hd;
+      if (head < nh + nkv) rotate(v, cos, sin, hd, m->rotary_pairs);
+      if (head < nh) continue;
+      const int g = (head - nh) % nkv;
+      uint16_t *cache = head < nh + nkv ? m->k_cache : m->v_cache;
+      uint16_t *at = cache + (((size_t)layer * nkv + g) * m->max_len + p->start + t) * hd;
+      for (int d = 0; d < hd; d++) at[d] = f32_to_bf16(v[d]);
+    }
+  }
 }
 
 /* One thread's part of every step; threads meet at a barrier wherever a step reads what
-   others wrote. Norms are computed by every thread for itself: cheaper than a meeting. */
+   others wrote. */
 static void *run_worker(void *arg) {
   Worker *wk = arg;
   Pass *p = wk->pass;
@@ -252,64 +309,95 @@ static void *run_worker(void *arg) {
   const Model *m = p->m;
   const int T = p->T, id = wk->id, nt = p->threads, D = m->dim, hd = m->head_dim;
   const int nh = m->n_heads, nkv = m->n_kv_heads, group = nh / nkv, F = m->ffn_dim;
-  const int nqkv = (nh + 2 * nkv) * hd;
   char *own = p->private_memory + (size_t)id * p->private_bytes;
-  void *products = own; /* matmul's scratch, then the normed rows and attention's scratch */
-  float *h = (float *)(own + p->products_bytes), *scores = h + (size_t)T * D;
+  void *products = own; /* matmul's scratch, then attention's */
+  float *scores = (float *)(own + p->products_bytes);
   int a, b;
   for (int l = 0; l < m->n_layers; l++) {
     const Layer *L = &m->layers[l];
-    norm_rows(p, L->attn_norm, h);
-    share(nqkv, id, nt, &a, &b);
-    matmul(&L->wqkv, h, T, p->qkv, nqkv, a, b, 0, products);
-    if (L->bqkv) add_bias(L->bqkv, T, p->qkv, nqkv, a, b);
+    norm_tokens(p, id, L->attn_norm);
     barrier_wait(&p->barrier);
-    share(nkv * T, id, nt, &a, &b);
-    for (int i = a; i < b; i++) { /* rotate the new keys and queries; keys and values to the cache */
-      int t = i / nkv, g = i % nkv;
-      const float *cos = m->cos + (size_t)p->pos[t] * hd, *sin = m->sin + (size_t)p->pos[t] * hd;
-      float *q = p->qkv + (size_t)t * nqkv + g * group * hd, *k = p->qkv + (size_t)t * nqkv + (nh + g) * hd;
-      for (int j = 0; j < group; j++) rotate(q + j * hd, cos, sin, hd);
-      rotate(k, cos, sin, hd);
-      size_t at = (((size_t)l * nkv + g) * m->max_len + p->start + t) * hd;
-      for (int d = 0; d < hd; d++) {
-        m->k_cache[at + d] = f32_to_bf16(k[d]);
-        m->v_cache[at + d] = f32_to_bf16(k[nkv * hd + d]);
-      }
-    }
+    a = share_bytes(&L->wqkv, hd, id, nt), b = share_bytes(&L->wqkv, hd, id + 1, nt);
+    qkv_heads(p, L, l, a / hd, b / hd, products);
     barrier_wait(&p->barrier);
     const int blocks = (T + ATTN_TOKENS - 1) / ATTN_TOKENS; /* attention: (KV head, block of tokens) */
     share(nkv * blocks, id, nt, &a, &b);
     for (int i = a; i < b; i++) {
-      int t0 = i / nkv * ATTN_TOKENS, t1 = t0 + ATTN_TOKENS < T ? t0 + ATTN_TOKENS : T;
-      attend(m, l, i % nkv, p->qkv, nqkv, T, t0, t1, p->start, p->local, scores, p->attn);
+      const int t0 = i / nkv * ATTN_TOKENS, t1 = t0 + ATTN_TOKENS < T ? t0 + ATTN_TOKENS : T, g = i % nkv;
+      attend(m, l, g, p->qkv, (nh + 2 * nkv) * hd, T, t0, t1, p->start, p->local, scores, p->attn);
+      acts_quantize(&p->attended, t0, t1, g * group * hd, (g + 1) * group * hd);
     }
     barrier_wait(&p->barrier);
-    share(D, id, nt, &a, &b);
-    matmul(&L->wo, p->attn, T, p->x, D, a, b, 1, products);
+    a = share_bytes(&L->wo, 1, id, nt), b = share_bytes(&L->wo, 1, id + 1, nt);
+    matmul(&L->wo, &p->attended, T, p->x, D, a, b, 1, products);
     barrier_wait(&p->barrier);
-    /* MLP: each thread takes matching gate and up rows, so it can apply SiLU itself */
-    norm_rows(p, L->ffn_norm, h);
-    share(F / 8, id, nt, &a, &b);
-    a *= 8, b *= 8;
-    matmul(&L->w_gate_up, h, T, p->gate_up, 2 * F, a, b, 0, products);
-    matmul(&L->w_gate_up, h, T, p->gate_up, 2 * F, F + a, F + b, 0, products);
+    norm_tokens(p, id, L->ffn_norm);
+    barrier_wait(&p->barrier);
+    /* MLP: each thread takes matching gate and up rows, so it can apply SiLU and quantize
+       the result itself */
+    share(F / 32, id, nt, &a, &b);
+    a *= 32, b *= 32;
+    matmul(&L->w_gate_up, &p->normed, T, p->gate_up, 2 * F, a, b, 0, products);
+    matmul(&L->w_gate_up, &p->normed, T, p->gate_up, 2 * F, F + a, F + b, 0, products);
     for (int t = 0; t < T; t++)
       swiglu(p->gate_up + (size_t)t * 2 * F + a, p->gate_up + (size_t)t * 2 * F + F + a, b - a,
              p->act + (size_t)t * F + a);
+    acts_quantize(&p->activated, 0, T, a, b);
     barrier_wait(&p->barrier);
-    share(D, id, nt, &a, &b);
-    matmul(&L->w_down, p->act, T, p->x, D, a, b, 1, products);
+    a = share_bytes(&L->w_down, 1, id, nt), b = share_bytes(&L->w_down, 1, id + 1, nt);
+    matmul(&L->w_down, &p->activated, T, p->x, D, a, b, 1, products);
     barrier_wait(&p->barrier);
   }
-  norm_rows(p, m->norm, h);
+  norm_tokens(p, id, m->norm);
+  barrier_wait(&p->barrier);
   if (p->logits) {
-    share(m->head.rows, id, nt, &a, &b);
-    matmul(&m->head, h, T, p->logits, m->head.rows, a, b, 0, products);
+    a = share_bytes(&m->head, 1, id, nt), b = share_bytes(&m->head, 1, id + 1, nt);
+    matmul(&m->head, &p->normed, T, p->logits, m->head.rows, a, b, 0, products);
   }
-  barrier_wait(&p->barrier); /* everyone has read x: thread 0 may replace it */
-  if (id == 0) memcpy(p->x, h, sizeof(float) * (size_t)T * D);
+  share(T, id, nt, &a, &b); /* x is read by nobody now: the normed states replace it */
+  memcpy(p->x + (size_t)a * D, p->h + (size_t)a * D, sizeof(float) * (size_t)(b - a) * D);
   return NULL;
+}
+
+static size_t up64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* Bytes a pass allocates: shared [T, ...] buffers, then each thread's own. */
+static void pass_bytes(const Model *m, int T, int start, size_t *shared, size_t *products, size_t *own) {
+  const int D = m->dim, F = m->ffn_dim, nh = m->n_heads, hd = m->head_dim;
+  const int nqkv = (nh + 2 * m->n_kv_heads) * hd, group = nh / m->n_kv_heads;
+  *shared = up64(sizeof(float) * (size_t)T * (D + nqkv + nh * hd + 3 * F)) + up64(acts_bytes(T, D)) +
+            up64(acts_bytes(T, nh * hd)) + up64(acts_bytes(T, F));
+  int widest = D > F ? D : F;
+  widest = nh * hd > widest ? nh * hd : widest;
+  *products = up64(matmul_scratch(widest));
+  *own = *products + up64(sizeof(float) * (size_t)ATTN_TOKENS * group * (start + T + 8 + hd));
+}
+
+size_t draftline_scratch_bytes(const Model *m, int T, int start, int threads) {
+  size_t shared, products, own;
+  pass_bytes(m, T, start, &shared, &products, &own);
+  return shared + own * threads;
+}
+
+/* y [T, w->rows] = x [T, w->cols] . w, on one thread (an output head outside a pass; tests). */
+int draftline_matmul(const Matrix *w, int T, const float *x, float *y) {
+  const size_t acts = up64(acts_bytes(T, w->cols));
+  char *memory = aligned_alloc(64, acts + up64(matmul_scratch(w->cols)));
+  if (!memory) return -1;
+  Acts a = acts_init(memory, T, w->cols, x);
+  acts_quantize(&a, 0, T, 0, w->cols);
+  matmul(w, &a, T, y, w->rows, 0, w->rows, 0, memory + acts);
+  free(memory);
+  return 0;
+}
+
+/* Rows `ids` of a matrix as float32 (embedding lookups), as the products see its weights. */
+void draftline_rows(const Matrix *w, const int64_t *ids, int n, float *out) {
+  for (int i = 0; i < n; i++) {
+    int row = (int)ids[i], part = 0;
+    while (part < w->n_parts - 1 && row >= w->parts[part].rows) row -= w->parts[part++].rows;
+    dequantize_row(&w->parts[part], w->cols, row, out + (size_t)i * w->cols);
+  }
 }
 
 /* A pass of T tokens at cache positions start..start+T-1 (rotary positions `pos`; new token t
@@ -321,21 +409,25 @@ int draftline_forward(const Model *m, int T, int start, const int32_t *pos, cons
   if (threads < 1) threads = 1;
   if (threads > MAX_THREADS) threads = MAX_THREADS;
   const int D = m->dim, F = m->ffn_dim, nh = m->n_heads, hd = m->head_dim;
-  const int nqkv = (nh + 2 * m->n_kv_heads) * hd, group = nh / m->n_kv_heads;
-  int widest = D > F ? D : F;
-  widest = nh * hd > widest ? nh * hd : widest;
-  const size_t shared = sizeof(float) * (size_t)T * (nqkv + nh * hd + 3 * F);
-  const size_t products = (matmul_scratch(T, widest) + 63) / 64 * 64;
-  const size_t own = (products + sizeof(float) * ((size_t)T * D + (size_t)ATTN_TOKENS * group * (start + T + 8 + hd)) +
-                      63) / 64 * 64;
-  char *memory = aligned_alloc(64, (shared + 63) / 64 * 64 + own * threads);
+  const int nqkv = (nh + 2 * m->n_kv_heads) * hd;
+  size_t shared, products, own;
+  pass_bytes(m, T, start, &shared, &products, &own);
+  char *memory = aligned_alloc(64, shared + own * threads);
   if (!memory) return -1;
   Pass pass = {.m = m, .T = T, .start = start, .threads = threads, .pos = pos, .local = local, .x = x,
-               .logits = logits, .qkv = (float *)memory, .private_bytes = own, .products_bytes = products};
+               .logits = logits, .private_bytes = own, .products_bytes = products};
+  pass.h = (float *)memory;
+  pass.qkv = pass.h + (size_t)T * D;
   pass.attn = pass.qkv + (size_t)T * nqkv;
   pass.act = pass.attn + (size_t)T * nh * hd;
   pass.gate_up = pass.act + (size_t)T * F;
-  pass.private_memory = memory + (shared + 63) / 64 * 64;
+  char *acts = memory + up64(sizeof(float) * (size_t)T * (D + nqkv + nh * hd + 3 * F));
+  pass.normed = acts_init(acts, T, D, pass.h);
+  acts += up64(acts_bytes(T, D));
+  pass.attended = acts_init(acts, T, nh * hd, pass.attn);
+  acts += up64(acts_bytes(T, nh * hd));
+  pass.activated = acts_init(acts, T, F, pass.act);
+  pass.private_memory = memory + shared;
   atomic_init(&pass.barrier.waiting, 0);
   atomic_init(&pass.barrier.generation, 0);
   atomic_init(&pass.ready, 0);
