@@ -130,7 +130,7 @@ def test_the_avx2_build_computes_the_same_model(quantized, tokens, tmp_path):
     model, weights = quantized
     decoder = model.native
     try:
-        model.native = NativeDecoder(native.build(tmp_path / "avx2.so", ["-mavx2", "-mfma"]), model)
+        model.native = NativeDecoder(native.build(tmp_path / "avx2.so", ["-mavx2", "-mfma", "-mf16c"]), model)
         one_by_one = _decode(model, tokens, [1] * STEPS)
         assert torch.equal(_decode(model, tokens, [5, 8]), one_by_one)
         want = _decode(_fp32_twin(weights, model), tokens, [STEPS])

@@ -16,6 +16,8 @@ are quantized per token (unpack.c); sums are float32; the KV cache is bf16.
 Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__init__.py).
 */
 #include <immintrin.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -23,6 +25,8 @@ Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__in
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "native.h"
 
@@ -200,40 +204,50 @@ static void attend(const Model *m, int layer, int kv_head, const float *qkv, int
 
 /* ---- threads ---- */
 
+/* Threads meet at barriers between the steps of a pass. A waiting thread spins a little (the
+   others are usually microseconds behind), then sleeps on a futex, giving its core back: on a
+   machine shared with other work, a thread that lost its core must get one to finish. */
 typedef struct {
-  atomic_int waiting, generation;
+  atomic_int waiting, generation, sleepers;
   int threads;
 } Barrier;
 
-/* Spins: a pass is milliseconds long and its threads are all busy, so sleeping would cost
-   more. After a while it yields the core, in case another process holds the one a late
-   thread needs. */
-static void spin_until_changed(atomic_int *value, int from) {
-  for (long spins = 0; atomic_load(value) == from; spins++) {
-    if (spins < 20000) _mm_pause();
-    else sched_yield();
-  }
-}
+enum { SPINS = 2000 };
+
+static void futex(atomic_int *at, int op, int value) { syscall(SYS_futex, at, op, value, NULL, NULL, 0); }
 
 static void barrier_wait(Barrier *b) {
-  int generation = atomic_load(&b->generation);
+  const int generation = atomic_load(&b->generation);
   if (atomic_fetch_add(&b->waiting, 1) == b->threads - 1) {
     atomic_store(&b->waiting, 0);
     atomic_fetch_add(&b->generation, 1);
-  } else {
-    spin_until_changed(&b->generation, generation);
+    if (atomic_load(&b->sleepers)) futex(&b->generation, FUTEX_WAKE_PRIVATE, INT_MAX);
+    return;
   }
+  for (int spins = 0; spins < SPINS; spins++) {
+    if (atomic_load(&b->generation) != generation) return;
+    _mm_pause();
+  }
+  atomic_fetch_add(&b->sleepers, 1);
+  while (atomic_load(&b->generation) == generation) futex(&b->generation, FUTEX_WAIT_PRIVATE, generation);
+  atomic_fetch_sub(&b->sleepers, 1);
 }
+
+/* Work is handed out in chunks that threads claim as they come free (rows of a product, heads,
+   tokens): a thread slowed by another process leaves its share to the others. Which thread
+   computes a chunk never changes its result. */
+enum { CHUNK_ROWS = 64, STEPS = 7 }; /* STEPS: claimed steps per layer (and for the final ones) */
 
 typedef struct {
   const Model *m;
   int T, start, threads;
   const int32_t *pos;
   const uint8_t *local;
-  float *x, *logits;                   /* the residual stream [T, dim]; logits [T, head.rows] or NULL */
+  float *x, *logits;                     /* the residual stream [T, dim]; logits [T, head.rows] or NULL */
   float *h, *qkv, *attn, *act, *gate_up; /* shared by the threads */
-  Acts normed, attended, activated;    /* h, attn and act, quantized for the products */
-  char *private_memory;                /* each thread's own, `private_bytes` apart */
+  Acts normed, attended, activated;      /* h, attn and act, quantized for the products */
+  atomic_int *next;                      /* [STEPS * (n_layers + 1)]: each step's next chunk */
+  char *private_memory;                  /* each thread's own, `private_bytes` apart */
   size_t private_bytes, products_bytes;
   Barrier barrier;
   atomic_int ready; /* set once `threads` says how many threads did start */
@@ -244,118 +258,99 @@ typedef struct {
   int id;
 } Worker;
 
-static void share(int n, int id, int threads, int *begin, int *end) {
-  *begin = (int)((long)n * id / threads);
-  *end = (int)((long)n * (id + 1) / threads);
+/* The next unclaimed chunk of `step` (of `chunks`), or -1. */
+static int claim(Pass *p, int step, int chunks) {
+  const int i = atomic_fetch_add(&p->next[step], 1);
+  return i < chunks ? i : -1;
 }
 
-/* The row where a thread's share of a matrix's bytes begins, rounded to a multiple of `align`
-   (parts of different formats weigh differently; which thread takes a row never changes it). */
-static int share_bytes(const Matrix *w, int align, int id, int threads) {
-  if (id >= threads) return w->rows;
-  double total = 0;
-  for (int i = 0; i < w->n_parts; i++) total += (double)w->parts[i].rows * w->parts[i].row_bytes;
-  double left = total * id / threads;
-  int row = 0;
-  for (int i = 0; i < w->n_parts; i++) {
-    const double bytes = (double)w->parts[i].rows * w->parts[i].row_bytes;
-    if (left < bytes) {
-      row += (int)(left / w->parts[i].row_bytes);
-      break;
-    }
-    left -= bytes;
-    row += w->parts[i].rows;
+/* Rows of `w` in chunks: y (+)= x . w for the rows each claim gets. */
+static void product_rows(Pass *p, int step, const Matrix *w, const Acts *x, float *y, int ldy, int add, void *scratch) {
+  const int chunks = (w->rows + CHUNK_ROWS - 1) / CHUNK_ROWS;
+  for (int c; (c = claim(p, step, chunks)) >= 0;) {
+    const int end = (c + 1) * CHUNK_ROWS < w->rows ? (c + 1) * CHUNK_ROWS : w->rows;
+    matmul(w, x, p->T, y, ldy, c * CHUNK_ROWS, end, add, scratch);
   }
-  row = (row + align / 2) / align * align;
-  return row < w->rows ? row : w->rows;
 }
 
-/* Each thread normalizes its share of the tokens (x -> h) and quantizes them. */
-static void norm_tokens(Pass *p, int id, const float *weight) {
+/* Tokens in chunks: each normalized (x -> h) and quantized. */
+static void norm_tokens(Pass *p, int step, const float *weight) {
   const int D = p->m->dim;
-  int a, b;
-  share(p->T, id, p->threads, &a, &b);
-  for (int t = a; t < b; t++) rms_norm(p->x + (size_t)t * D, weight, D, p->m->eps, p->h + (size_t)t * D);
-  acts_quantize(&p->normed, a, b, 0, D);
+  for (int t; (t = claim(p, step, p->T)) >= 0;) {
+    rms_norm(p->x + (size_t)t * D, weight, D, p->m->eps, p->h + (size_t)t * D);
+    acts_quantize(&p->normed, t, t + 1, 0, D);
+  }
 }
 
-/* The fused Q/K/V product for whole heads [h0, h1) of the nh + 2 nkv heads of each token,
-   then rotary on its queries and keys, and keys and values into the cache. */
-static void qkv_heads(Pass *p, const Layer *L, int layer, int h0, int h1, void *scratch) {
+/* The fused Q/K/V product for one head of the nh + 2 nkv heads of each token, then rotary on a
+   query or key, and a key or value into the cache. */
+static void qkv_head(Pass *p, const Layer *L, int layer, int head, void *scratch) {
   const Model *m = p->m;
   const int hd = m->head_dim, nh = m->n_heads, nkv = m->n_kv_heads, nqkv = (nh + 2 * nkv) * hd;
-  matmul(&L->wqkv, &p->normed, p->T, p->qkv, nqkv, h0 * hd, h1 * hd, 0, scratch);
-  if (L->bqkv) add_bias(L->bqkv, p->T, p->qkv, nqkv, h0 * hd, h1 * hd);
+  matmul(&L->wqkv, &p->normed, p->T, p->qkv, nqkv, head * hd, (head + 1) * hd, 0, scratch);
+  if (L->bqkv) add_bias(L->bqkv, p->T, p->qkv, nqkv, head * hd, (head + 1) * hd);
   for (int t = 0; t < p->T; t++) {
-    const float *cos = m->cos + (size_t)p->pos[t] * hd, *sin = m->sin + (size_t)p->pos[t] * hd;
-    for (int head = h0; head < h1; head++) {
-      float *v = p->qkv + (size_t)t * nqkv + (size_t)head * hd;
-      if (head < nh + nkv) rotate(v, cos, sin, hd, m->rotary_pairs);
-      if (head < nh) continue;
-      const int g = (head - nh) % nkv;
-      uint16_t *cache = head < nh + nkv ? m->k_cache : m->v_cache;
-      uint16_t *at = cache + (((size_t)layer * nkv + g) * m->max_len + p->start + t) * hd;
-      for (int d = 0; d < hd; d++) at[d] = f32_to_bf16(v[d]);
-    }
+    float *v = p->qkv + (size_t)t * nqkv + (size_t)head * hd;
+    if (head < nh + nkv)
+      rotate(v, m->cos + (size_t)p->pos[t] * hd, m->sin + (size_t)p->pos[t] * hd, hd, m->rotary_pairs);
+    if (head < nh) continue;
+    const int g = (head - nh) % nkv;
+    uint16_t *cache = head < nh + nkv ? m->k_cache : m->v_cache;
+    uint16_t *at = cache + (((size_t)layer * nkv + g) * m->max_len + p->start + t) * hd;
+    for (int d = 0; d < hd; d++) at[d] = f32_to_bf16(v[d]);
   }
 }
 
 /* One thread's part of every step; threads meet at a barrier wherever a step reads what
    others wrote. */
 static void *run_worker(void *arg) {
-  Worker *wk = arg;
-  Pass *p = wk->pass;
-  spin_until_changed(&p->ready, 0);
+  Worker *w = arg;
+  Pass *p = w->pass;
+  while (!atomic_load(&p->ready)) sched_yield();
   const Model *m = p->m;
-  const int T = p->T, id = wk->id, nt = p->threads, D = m->dim, hd = m->head_dim;
+  const int T = p->T, D = m->dim, hd = m->head_dim;
   const int nh = m->n_heads, nkv = m->n_kv_heads, group = nh / nkv, F = m->ffn_dim;
-  char *own = p->private_memory + (size_t)id * p->private_bytes;
+  char *own = p->private_memory + (size_t)w->id * p->private_bytes;
   void *products = own; /* matmul's scratch, then attention's */
   float *scores = (float *)(own + p->products_bytes);
-  int a, b;
   for (int l = 0; l < m->n_layers; l++) {
     const Layer *L = &m->layers[l];
-    norm_tokens(p, id, L->attn_norm);
+    const int step = STEPS * l;
+    norm_tokens(p, step, L->attn_norm);
     barrier_wait(&p->barrier);
-    a = share_bytes(&L->wqkv, hd, id, nt), b = share_bytes(&L->wqkv, hd, id + 1, nt);
-    qkv_heads(p, L, l, a / hd, b / hd, products);
+    for (int head; (head = claim(p, step + 1, nh + 2 * nkv)) >= 0;) qkv_head(p, L, l, head, products);
     barrier_wait(&p->barrier);
     const int blocks = (T + ATTN_TOKENS - 1) / ATTN_TOKENS; /* attention: (KV head, block of tokens) */
-    share(nkv * blocks, id, nt, &a, &b);
-    for (int i = a; i < b; i++) {
+    for (int i; (i = claim(p, step + 2, nkv * blocks)) >= 0;) {
       const int t0 = i / nkv * ATTN_TOKENS, t1 = t0 + ATTN_TOKENS < T ? t0 + ATTN_TOKENS : T, g = i % nkv;
       attend(m, l, g, p->qkv, (nh + 2 * nkv) * hd, T, t0, t1, p->start, p->local, scores, p->attn);
       acts_quantize(&p->attended, t0, t1, g * group * hd, (g + 1) * group * hd);
     }
     barrier_wait(&p->barrier);
-    a = share_bytes(&L->wo, 1, id, nt), b = share_bytes(&L->wo, 1, id + 1, nt);
-    matmul(&L->wo, &p->attended, T, p->x, D, a, b, 1, products);
+    product_rows(p, step + 3, &L->wo, &p->attended, p->x, D, 1, products);
     barrier_wait(&p->barrier);
-    norm_tokens(p, id, L->ffn_norm);
+    norm_tokens(p, step + 4, L->ffn_norm);
     barrier_wait(&p->barrier);
-    /* MLP: each thread takes matching gate and up rows, so it can apply SiLU and quantize
-       the result itself */
-    share(F / 32, id, nt, &a, &b);
-    a *= 32, b *= 32;
-    matmul(&L->w_gate_up, &p->normed, T, p->gate_up, 2 * F, a, b, 0, products);
-    matmul(&L->w_gate_up, &p->normed, T, p->gate_up, 2 * F, F + a, F + b, 0, products);
-    for (int t = 0; t < T; t++)
-      swiglu(p->gate_up + (size_t)t * 2 * F + a, p->gate_up + (size_t)t * 2 * F + F + a, b - a,
-             p->act + (size_t)t * F + a);
-    acts_quantize(&p->activated, 0, T, a, b);
+    /* MLP: a chunk is matching gate and up rows, so its thread applies SiLU and quantizes */
+    for (int c; (c = claim(p, step + 5, (F + CHUNK_ROWS - 1) / CHUNK_ROWS)) >= 0;) {
+      const int a = c * CHUNK_ROWS, b = a + CHUNK_ROWS < F ? a + CHUNK_ROWS : F;
+      matmul(&L->w_gate_up, &p->normed, T, p->gate_up, 2 * F, a, b, 0, products);
+      matmul(&L->w_gate_up, &p->normed, T, p->gate_up, 2 * F, F + a, F + b, 0, products);
+      for (int t = 0; t < T; t++)
+        swiglu(p->gate_up + (size_t)t * 2 * F + a, p->gate_up + (size_t)t * 2 * F + F + a, b - a,
+               p->act + (size_t)t * F + a);
+      acts_quantize(&p->activated, 0, T, a, b);
+    }
     barrier_wait(&p->barrier);
-    a = share_bytes(&L->w_down, 1, id, nt), b = share_bytes(&L->w_down, 1, id + 1, nt);
-    matmul(&L->w_down, &p->activated, T, p->x, D, a, b, 1, products);
+    product_rows(p, step + 6, &L->w_down, &p->activated, p->x, D, 1, products);
     barrier_wait(&p->barrier);
   }
-  norm_tokens(p, id, m->norm);
+  const int step = STEPS * m->n_layers;
+  norm_tokens(p, step, m->norm);
   barrier_wait(&p->barrier);
-  if (p->logits) {
-    a = share_bytes(&m->head, 1, id, nt), b = share_bytes(&m->head, 1, id + 1, nt);
-    matmul(&m->head, &p->normed, T, p->logits, m->head.rows, a, b, 0, products);
-  }
-  share(T, id, nt, &a, &b); /* x is read by nobody now: the normed states replace it */
-  memcpy(p->x + (size_t)a * D, p->h + (size_t)a * D, sizeof(float) * (size_t)(b - a) * D);
+  if (p->logits) product_rows(p, step + 1, &m->head, &p->normed, p->logits, m->head.rows, 0, products);
+  for (int t; (t = claim(p, step + 2, T)) >= 0;) /* x is read by nobody now: the normed states replace it */
+    memcpy(p->x + (size_t)t * D, p->h + (size_t)t * D, sizeof(float) * D);
   return NULL;
 }
 
@@ -366,7 +361,7 @@ static void pass_bytes(const Model *m, int T, int start, size_t *shared, size_t 
   const int D = m->dim, F = m->ffn_dim, nh = m->n_heads, hd = m->head_dim;
   const int nqkv = (nh + 2 * m->n_kv_heads) * hd, group = nh / m->n_kv_heads;
   *shared = up64(sizeof(float) * (size_t)T * (D + nqkv + nh * hd + 3 * F)) + up64(acts_bytes(T, D)) +
-            up64(acts_bytes(T, nh * hd)) + up64(acts_bytes(T, F));
+            up64(acts_bytes(T, nh * hd)) + up64(acts_bytes(T, F)) + up64(sizeof(atomic_int) * STEPS * (m->n_layers + 1));
   int widest = D > F ? D : F;
   widest = nh * hd > widest ? nh * hd : widest;
   *products = up64(matmul_scratch(widest));
@@ -391,13 +386,9 @@ int draftline_matmul(const Matrix *w, int T, const float *x, float *y) {
   return 0;
 }
 
-/* Rows `ids` of a matrix as float32 (embedding lookups), as the products see its weights. */
+/* Rows `ids` of a matrix as float32 (embedding lookups, tests), as the products see its weights. */
 void draftline_rows(const Matrix *w, const int64_t *ids, int n, float *out) {
-  for (int i = 0; i < n; i++) {
-    int row = (int)ids[i], part = 0;
-    while (part < w->n_parts - 1 && row >= w->parts[part].rows) row -= w->parts[part++].rows;
-    dequantize_row(&w->parts[part], w->cols, row, out + (size_t)i * w->cols);
-  }
+  for (int i = 0; i < n; i++) dequantize_row(w, (int)ids[i], out + (size_t)i * w->cols);
 }
 
 /* A pass of T tokens at cache positions start..start+T-1 (rotary positions `pos`; new token t
@@ -421,15 +412,19 @@ int draftline_forward(const Model *m, int T, int start, const int32_t *pos, cons
   pass.attn = pass.qkv + (size_t)T * nqkv;
   pass.act = pass.attn + (size_t)T * nh * hd;
   pass.gate_up = pass.act + (size_t)T * F;
-  char *acts = memory + up64(sizeof(float) * (size_t)T * (D + nqkv + nh * hd + 3 * F));
-  pass.normed = acts_init(acts, T, D, pass.h);
-  acts += up64(acts_bytes(T, D));
-  pass.attended = acts_init(acts, T, nh * hd, pass.attn);
-  acts += up64(acts_bytes(T, nh * hd));
-  pass.activated = acts_init(acts, T, F, pass.act);
+  char *at = memory + up64(sizeof(float) * (size_t)T * (D + nqkv + nh * hd + 3 * F));
+  pass.normed = acts_init(at, T, D, pass.h);
+  at += up64(acts_bytes(T, D));
+  pass.attended = acts_init(at, T, nh * hd, pass.attn);
+  at += up64(acts_bytes(T, nh * hd));
+  pass.activated = acts_init(at, T, F, pass.act);
+  at += up64(acts_bytes(T, F));
+  pass.next = (atomic_int *)at;
+  for (int i = 0; i < STEPS * (m->n_layers + 1); i++) atomic_init(&pass.next[i], 0);
   pass.private_memory = memory + shared;
   atomic_init(&pass.barrier.waiting, 0);
   atomic_init(&pass.barrier.generation, 0);
+  atomic_init(&pass.barrier.sleepers, 0);
   atomic_init(&pass.ready, 0);
   pthread_t ids[MAX_THREADS];
   Worker workers[MAX_THREADS];

@@ -1,86 +1,49 @@
 /* Products of quantized activations (native.h's Acts) with matrices in their stored formats.
 
-A block of rows is unpacked once (unpack.c: levels, a scale per 4 columns, a min per 16), then
-multiplied with every token of the pass in tiles of up to ROWS rows by TOKENS tokens, so that
-a prefill reads and unpacks each weight once per pass and a decoding pass once per token.
+Per 32 columns of one row and one token: an integer dot product of the 8-bit levels
+(formats.h) and activations in 8 int32 lanes of 4 columns each, converted to float and added
+with the weights' lane scale times the activations' lane scale; at the end the mins times the
+activations' sums of each 16 columns come off, and the 8 lanes are summed in a fixed tree.
+Integer sums are exact, and the float steps are the same, in the same order, for a (row,
+token) whatever the route, tile, pass width, thread or other tokens: so a token's result in a
+13-token pass is bitwise its result in a one-token pass.
 
-Per 64 columns (32 in the AVX2 build) of one row and one token: integer dot products of the
-8-bit levels and activations in 16 (8) int32 lanes of 4 columns each, converted to float and
-added with the weights' scale times the activations' scale of each lane; the mins times the
-activations' sums of each 16 columns come off at the end. Integer sums are exact; the float
-steps are the same, in the same order, for a (row, token) whatever the tile it falls in, the
-pass width, the rows a thread takes or the other tokens: so a token's result in a 13-token
-pass is bitwise its result in a one-token pass.
+Two routes, chosen by the pass width alone:
+- one token: each unit is read from the weights and multiplied at once (nothing is stored);
+  a decoding pass is bound by reading the weights, so nothing else may cost much.
+- wider: a block of rows is unpacked once (levels, lane scales, mins) into scratch, and every
+  token of the pass is multiplied with it in tiles of up to ROWS rows by TOKENS tokens.
 
-Two builds, chosen by the CPU the library is compiled for:
-- AVX-512 with VNNI (Zen 4, Ice Lake, Sapphire Rapids and later): vpdpbusd, 64 products each.
-- AVX2: maddubs + madd (8-bit levels of Q8_0/INT8 are signed there, with a sign trick).
+The integer dot: vpdpbusd (AVX-512 VNNI, on 256-bit registers, as fast per byte as 512-bit
+ones on Zen 4) or maddubs + madd (AVX2; int8 weights are signed there, with a sign trick).
 Float formats (F32, F16, BF16) are multiplied in float32 with FMA.
 */
-#include <immintrin.h>
+#include "formats.h"
 
-#include "native.h"
+#if VNNI
+enum { ROWS = 4, TOKENS = 4 }; /* a wide tile: 16 accumulators of the 32 registers */
+#else
+enum { ROWS = 2, TOKENS = 4 }; /* 16 registers */
+#endif
+enum { FUSED_ROWS = 4, BLOCK_BYTES = 192 << 10 };
 
-enum { ROWS = 4, TOKENS = 4, BLOCK_BYTES = 192 << 10 };
+static int is_float(int format) { return format == F32 || format == F16 || format == BF16; }
 
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-
-enum { UNIT = 64 }; /* columns per integer step */
-
-ALWAYS_INLINE void int_tile(const uint8_t *w, size_t ldw, const Acts *a, int t0, int R, int C, int mins,
-                            float *y, int ldy, int add) {
-  const int P = a->padded, S = sums_per_row(P);
-  __m512 acc[ROWS][TOKENS];
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();
-  for (int u = 0; u < P / UNIT; u++)
-    for (int r = 0; r < R; r++) {
-      const __m512i levels = _mm512_load_si512(w + r * ldw + UNIT * u);
-      const __m512 scale = _mm512_load_ps((const float *)(w + r * ldw + P) + 16 * u);
-      for (int t = 0; t < C; t++) {
-        const size_t at = (size_t)(t0 + t) * P + UNIT * u;
-        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), levels, _mm512_load_si512(a->q + at));
-        __m512 both = _mm512_mul_ps(scale, _mm512_load_ps(a->lanes + at / 4));
-        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), both, acc[r][t]);
-      }
-    }
-  for (int c = 0; mins && c < S; c += 16)
-    for (int r = 0; r < R; r++) {
-      const __m512 min = _mm512_load_ps((const float *)(w + r * ldw + 2 * (size_t)P) + c);
-      for (int t = 0; t < C; t++)
-        acc[r][t] = _mm512_fnmadd_ps(min, _mm512_load_ps(a->sums + (size_t)(t0 + t) * S + c), acc[r][t]);
-    }
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++) {
-      float v = _mm512_reduce_add_ps(acc[r][t]), *out = y + (size_t)(t0 + t) * ldy + r;
-      *out = add ? *out + v : v;
-    }
+ALWAYS_INLINE __m256i dot32(__m256i levels, __m256i q, int sign) {
+#if VNNI
+  (void)sign;
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), levels, q);
+#else
+  const __m256i pairs = sign ? _mm256_maddubs_epi16(_mm256_abs_epi8(levels), _mm256_sign_epi8(q, levels))
+                             : _mm256_maddubs_epi16(levels, q);
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+#endif
 }
 
-ALWAYS_INLINE void float_tile(const float *w, int ldw, const Acts *a, int t0, int R, int C, float *y, int ldy,
-                              int add) {
-  const int K = a->cols;
-  __m512 acc[ROWS][TOKENS];
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();
-  for (int k = 0; k < K; k += 16)
-    for (int r = 0; r < R; r++) {
-      const __m512 wv = _mm512_load_ps(w + (size_t)r * ldw + k);
-      for (int t = 0; t < C; t++)
-        acc[r][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(a->x + (size_t)(t0 + t) * K + k), acc[r][t]);
-    }
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++) {
-      float v = _mm512_reduce_add_ps(acc[r][t]), *out = y + (size_t)(t0 + t) * ldy + r;
-      *out = add ? *out + v : v;
-    }
+/* acc += float(dot) * (weight lane scales * activation lane scales) */
+ALWAYS_INLINE __m256 step(__m256 acc, __m256i dot, __m256 scales, const float *act_lanes) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scales, _mm256_load_ps(act_lanes)), acc);
 }
-
-#else /* AVX2 and FMA */
-
-enum { UNIT = 32 };
 
 ALWAYS_INLINE float sum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -89,38 +52,125 @@ ALWAYS_INLINE float sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-ALWAYS_INLINE void int_tile(const uint8_t *w, size_t ldw, const Acts *a, int t0, int R, int C, int mins,
-                            float *y, int ldy, int add) {
-  const int P = a->padded, S = sums_per_row(P), sign = !mins; /* signed levels have no mins */
-  const __m256i ones = _mm256_set1_epi16(1);
+/* After every unit: the mins times the activations' sums, 8 at a time; then the lanes' sum. */
+ALWAYS_INLINE float finish(__m256 acc, const float *mins, const float *sums, int S) {
+  for (int c = 0; c < S; c += 8) acc = _mm256_fnmadd_ps(_mm256_loadu_ps(mins + c), _mm256_load_ps(sums + c), acc);
+  return sum8(acc);
+}
+
+ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v; }
+
+/* ---- one token: rows read and multiplied unit by unit ---- */
+
+ALWAYS_INLINE void fused_rows(const Part *p, int format, int K, const Acts *a, int n, int R, float *y, int add) {
+  const int S = sums_per_row(K), per = block_columns(format), sign = signed_levels(format);
+  float mins[FUSED_ROWS][S];
+  __m256 acc[FUSED_ROWS];
+  for (int r = 0; r < R; r++) {
+    acc[r] = _mm256_setzero_ps();
+    for (int i = K / 16; i < S; i++) mins[r][i] = 0;
+  }
+  const size_t ahead = 2 * (size_t)FUSED_ROWS * p->row_bytes; /* the next rows: fetched while these are multiplied */
+  for (int j = 0; j < K; j += per)
+    for (int r = 0; r < R; r++) {
+      const uint8_t *b = block_at(p, format, n + r, j);
+      for (int line = 0; line < block_bytes(format); line += 64) _mm_prefetch((const char *)b + ahead + line, _MM_HINT_T0);
+      Scales s;
+      read_scales(p, format, b, n + r, K, j, &s);
+      memcpy(mins[r] + j / 16, s.min, sizeof(float) * (per / 16));
+      for (int k = 0; k < per / 32; k++) {
+        const __m256i q = _mm256_load_si256((const __m256i *)(a->q + j + 32 * k));
+        acc[r] = step(acc[r], dot32(read_levels(format, b, k), q, sign), s.lanes[k], a->lanes + (j + 32 * k) / 4);
+      }
+    }
+  for (int r = 0; r < R; r++) put(y + n + r, finish(acc[r], mins[r], a->sums, S), add);
+}
+
+/* Each format gets its own copy of fused_rows, with the format a constant. */
+#define BY_FORMAT(CALL)                                                                            \
+  switch (p->format) {                                                                             \
+    case Q4_0: CALL(Q4_0); break; case Q4_1: CALL(Q4_1); break; case Q5_0: CALL(Q5_0); break;      \
+    case Q5_1: CALL(Q5_1); break; case Q8_0: CALL(Q8_0); break; case Q4_K: CALL(Q4_K); break;      \
+    case Q5_K: CALL(Q5_K); break; case Q6_K: CALL(Q6_K); break; case INT4: CALL(INT4); break;      \
+    default: CALL(INT8); break;                                                                    \
+  }
+
+static void one_token(const Part *p, int K, const Acts *a, float *y, int n0, int n1, int add) {
+  int n = n0;
+  for (; n + FUSED_ROWS <= n1; n += FUSED_ROWS) {
+#define FUSED_4(F) fused_rows(p, F, K, a, n, FUSED_ROWS, y, add)
+    BY_FORMAT(FUSED_4)
+  }
+  for (; n < n1; n++) {
+#define FUSED_1(F) fused_rows(p, F, K, a, n, 1, y, add)
+    BY_FORMAT(FUSED_1)
+  }
+}
+
+/* ---- wider passes: a block of rows unpacked once, then tiles ---- */
+
+/* An unpacked row: levels [K], lane scales [K / 4], mins [sums_per_row(K)]; float formats:
+   values [K]. */
+static size_t unpacked_bytes(int format, int K) {
+  return is_float(format) ? 4 * (size_t)K : 2 * (size_t)K + 4 * (size_t)sums_per_row(K);
+}
+
+ALWAYS_INLINE void unpack_row(const Part *p, int format, int K, int row, uint8_t *out) {
+  float *lanes = (float *)(out + K), *mins = (float *)(out + 2 * (size_t)K);
+  const int per = block_columns(format);
+  for (int j = 0; j < K; j += per) {
+    const uint8_t *b = block_at(p, format, row, j);
+    Scales s;
+    read_scales(p, format, b, row, K, j, &s);
+    memcpy(mins + j / 16, s.min, sizeof(float) * (per / 16));
+    for (int k = 0; k < per / 32; k++) {
+      _mm256_store_si256((__m256i *)(out + j + 32 * k), read_levels(format, b, k));
+      _mm256_store_ps(lanes + (j + 32 * k) / 4, s.lanes[k]);
+    }
+  }
+  for (int i = K / 16; i < sums_per_row(K); i++) mins[i] = 0;
+}
+
+static void unpack_float_row(const Part *p, int K, int row, float *out) {
+  const uint8_t *b = p->data + (size_t)row * p->row_bytes;
+  if (p->format == F32) memcpy(out, b, 4 * (size_t)K);
+  for (int j = 0; j < K && p->format != F32; j++) {
+    const uint16_t h = (uint16_t)(b[2 * j] | b[2 * j + 1] << 8);
+    out[j] = p->format == F16 ? f16_to_f32(h) : bf16_to_f32(h);
+  }
+}
+
+static void unpack_rows(const Part *p, int K, int r0, int rows, uint8_t *out) {
+  const size_t ldw = unpacked_bytes(p->format, K);
+  for (int r = 0; r < rows; r++) {
+    if (is_float(p->format)) {
+      unpack_float_row(p, K, r0 + r, (float *)(out + r * ldw));
+      continue;
+    }
+#define UNPACK(F) unpack_row(p, F, K, r0 + r, out + r * ldw)
+    BY_FORMAT(UNPACK)
+  }
+}
+
+ALWAYS_INLINE void int_tile(const uint8_t *w, size_t ldw, const Acts *a, int t0, int R, int C, int sign, float *y,
+                            int ldy, int add) {
+  const int K = a->cols, S = sums_per_row(K);
   __m256 acc[ROWS][TOKENS];
   for (int r = 0; r < R; r++)
     for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
-  for (int u = 0; u < P / UNIT; u++)
+  for (int u = 0; u < K / 32; u++)
     for (int r = 0; r < R; r++) {
-      const __m256i levels = _mm256_load_si256((const __m256i *)(w + r * ldw + UNIT * u));
-      const __m256i magnitude = sign ? _mm256_abs_epi8(levels) : levels;
-      const __m256 scale = _mm256_load_ps((const float *)(w + r * ldw + P) + 8 * u);
+      const __m256i levels = _mm256_load_si256((const __m256i *)(w + r * ldw + 32 * u));
+      const __m256 scales = _mm256_load_ps((const float *)(w + r * ldw + K) + 8 * u);
       for (int t = 0; t < C; t++) {
-        const size_t at = (size_t)(t0 + t) * P + UNIT * u;
-        __m256i q = _mm256_load_si256((const __m256i *)(a->q + at));
-        if (sign) q = _mm256_sign_epi8(q, levels);
-        __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, q), ones);
-        __m256 both = _mm256_mul_ps(scale, _mm256_load_ps(a->lanes + at / 4));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), both, acc[r][t]);
+        const __m256i q = _mm256_load_si256((const __m256i *)(a->q + (size_t)(t0 + t) * K + 32 * u));
+        acc[r][t] = step(acc[r][t], dot32(levels, q, sign), scales, a->lanes + (size_t)(t0 + t) * K / 4 + 8 * u);
       }
     }
-  for (int c = 0; mins && c < S; c += 8)
-    for (int r = 0; r < R; r++) {
-      const __m256 min = _mm256_load_ps((const float *)(w + r * ldw + 2 * (size_t)P) + c);
-      for (int t = 0; t < C; t++)
-        acc[r][t] = _mm256_fnmadd_ps(min, _mm256_load_ps(a->sums + (size_t)(t0 + t) * S + c), acc[r][t]);
-    }
   for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++) {
-      float v = sum8(acc[r][t]), *out = y + (size_t)(t0 + t) * ldy + r;
-      *out = add ? *out + v : v;
-    }
+    for (int t = 0; t < C; t++)
+      put(y + (size_t)(t0 + t) * ldy + r,
+          finish(acc[r][t], (const float *)(w + r * ldw + 2 * (size_t)K), a->sums + (size_t)(t0 + t) * S, S), add);
 }
 
 ALWAYS_INLINE void float_tile(const float *w, int ldw, const Acts *a, int t0, int R, int C, float *y, int ldy,
@@ -136,13 +186,8 @@ ALWAYS_INLINE void float_tile(const float *w, int ldw, const Acts *a, int t0, in
         acc[r][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a->x + (size_t)(t0 + t) * K + k), acc[r][t]);
     }
   for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++) {
-      float v = sum8(acc[r][t]), *out = y + (size_t)(t0 + t) * ldy + r;
-      *out = add ? *out + v : v;
-    }
+    for (int t = 0; t < C; t++) put(y + (size_t)(t0 + t) * ldy + r, sum8(acc[r][t]), add);
 }
-
-#endif
 
 /* Tiles of every shape up to ROWS x TOKENS, each compiled with its shape as constants. */
 #define BY_TOKENS(TILE, R)                                                                         \
@@ -150,16 +195,25 @@ ALWAYS_INLINE void float_tile(const float *w, int ldw, const Acts *a, int t0, in
     case 1: TILE(R, 1); break; case 2: TILE(R, 2); break; case 3: TILE(R, 3); break;               \
     default: TILE(R, 4); break;                                                                    \
   }
+#if VNNI
 #define BY_SHAPE(TILE)                                                                             \
   switch (R) {                                                                                     \
     case 1: BY_TOKENS(TILE, 1) break; case 2: BY_TOKENS(TILE, 2) break;                            \
     case 3: BY_TOKENS(TILE, 3) break; default: BY_TOKENS(TILE, 4) break;                           \
   }
+#else
+#define BY_SHAPE(TILE)                                                                             \
+  switch (R) {                                                                                     \
+    case 1: BY_TOKENS(TILE, 1) break; default: BY_TOKENS(TILE, 2) break;                           \
+  }
+#endif
 
-static void int_tiles(const uint8_t *w, size_t ldw, const Acts *a, int t0, int R, int C, int mins, float *y,
+static void int_tiles(const uint8_t *w, size_t ldw, const Acts *a, int t0, int R, int C, int sign, float *y,
                       int ldy, int add) {
-#define INT_TILE(R, C) int_tile(w, ldw, a, t0, R, C, mins, y, ldy, add)
-  BY_SHAPE(INT_TILE)
+#define SIGNED_TILE(R, C) int_tile(w, ldw, a, t0, R, C, 1, y, ldy, add)
+#define INT_TILE(R, C) int_tile(w, ldw, a, t0, R, C, 0, y, ldy, add)
+  if (sign) BY_SHAPE(SIGNED_TILE)
+  else BY_SHAPE(INT_TILE)
 }
 
 static void float_tiles(const float *w, int ldw, const Acts *a, int t0, int R, int C, float *y, int ldy, int add) {
@@ -168,29 +222,28 @@ static void float_tiles(const float *w, int ldw, const Acts *a, int t0, int R, i
 }
 
 size_t matmul_scratch(int cols) {
-  const size_t row = unpacked_row_bytes(F32, cols); /* the largest unpacked row */
+  const size_t row = unpacked_bytes(F32, cols); /* the largest unpacked row */
   return (row * ROWS > BLOCK_BYTES ? row * ROWS : BLOCK_BYTES) + row + 64;
 }
 
-/* Rows n0..n1 of one part. A narrow pass unpacks one tile of rows at a time; a wide one a block
-   that fits BLOCK_BYTES, which all of its tokens then pass over. */
-static void part_product(const Part *p, int cols, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add,
-                         void *scratch) {
-  const size_t ldw = unpacked_row_bytes(p->format, cols);
-  int block = ROWS;
-  if (T > TOKENS && BLOCK_BYTES / ldw > ROWS) block = (int)(BLOCK_BYTES / ldw) / ROWS * ROWS;
-  const int floats = is_float_format(p->format), mins = !floats && !has_signed_levels(p->format);
+/* Rows n0..n1 of one part, for T > 1 (or a float format): blocks that fit BLOCK_BYTES, each
+   unpacked once and multiplied with every token. */
+static void blocks(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add,
+                   uint8_t *scratch) {
+  const size_t ldw = unpacked_bytes(p->format, K);
+  const int block = BLOCK_BYTES / ldw > ROWS ? (int)(BLOCK_BYTES / ldw) / ROWS * ROWS : ROWS;
+  const int sign = !is_float(p->format) && signed_levels(p->format);
   for (int b0 = n0; b0 < n1; b0 += block) {
     const int rows = b0 + block < n1 ? block : n1 - b0;
-    unpack_rows(p, cols, b0, rows, scratch);
+    unpack_rows(p, K, b0, rows, scratch);
     for (int t0 = 0; t0 < T; t0 += TOKENS) {
       const int C = T - t0 < TOKENS ? T - t0 : TOKENS;
       for (int r = 0; r < rows; r += ROWS) {
         const int R = rows - r < ROWS ? rows - r : ROWS;
-        if (floats)
-          float_tiles((const float *)scratch + (size_t)r * ldw / 4, (int)(ldw / 4), a, t0, R, C, y + b0 + r, ldy, add);
+        if (is_float(p->format))
+          float_tiles((const float *)(scratch + r * ldw), (int)(ldw / 4), a, t0, R, C, y + b0 + r, ldy, add);
         else
-          int_tiles((const uint8_t *)scratch + r * ldw, ldw, a, t0, R, C, mins, y + b0 + r, ldy, add);
+          int_tiles(scratch + r * ldw, ldw, a, t0, R, C, sign, y + b0 + r, ldy, add);
       }
     }
   }
@@ -201,7 +254,26 @@ void matmul(const Matrix *w, const Acts *x, int T, float *y, int ldy, int n0, in
   for (int i = 0; i < w->n_parts; i++) {
     const Part *p = &w->parts[i];
     const int a = n0 > base ? n0 : base, b = n1 < base + p->rows ? n1 : base + p->rows;
-    if (a < b) part_product(p, w->cols, x, T, y + base, ldy, a - base, b - base, add, scratch);
+    if (a < b && T == 1 && !is_float(p->format)) one_token(p, w->cols, x, y + base, a - base, b - base, add);
+    else if (a < b) blocks(p, w->cols, x, T, y + base, ldy, a - base, b - base, add, scratch);
     base += p->rows;
+  }
+}
+
+void dequantize_row(const Matrix *w, int row, float *out) {
+  int part = 0;
+  while (part < w->n_parts - 1 && row >= w->parts[part].rows) row -= w->parts[part++].rows;
+  const Part *p = &w->parts[part];
+  const int K = w->cols;
+  if (is_float(p->format)) {
+    unpack_float_row(p, K, row, out);
+    return;
+  }
+  uint8_t unpacked[unpacked_bytes(p->format, K)] __attribute__((aligned(32)));
+  unpack_rows(p, K, row, 1, unpacked);
+  const float *lanes = (const float *)(unpacked + K), *mins = (const float *)(unpacked + 2 * (size_t)K);
+  for (int j = 0; j < K; j++) {
+    const int level = signed_levels(p->format) ? (int8_t)unpacked[j] : unpacked[j];
+    out[j] = lanes[j / 4] * (float)level - mins[j / 16];
   }
 }

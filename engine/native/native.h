@@ -29,37 +29,26 @@ typedef struct {
   Part parts[MAX_PARTS];
 } Matrix;
 
-/* Activations of T tokens for a product with `cols` columns. Each token's row is quantized on
-   its own, per 4 values: x ~= scale * q with q int8 in -127..127, so a token's product never
-   depends on the other tokens of the pass. */
+/* Activations of T tokens for a product with `cols` columns (a multiple of 32). Each token's
+   row is quantized on its own, per 4 values: x ~= scale * q with q int8 in -127..127, so a
+   token's product never depends on the other tokens of the pass. */
 typedef struct {
-  int32_t cols, padded;  /* padded: cols rounded up to 64 (the zeros beyond cols are stored) */
-  const float *x;        /* [T, cols] float32: float-format parts multiply these */
-  int8_t *q;             /* [T, padded] */
-  float *lanes;          /* [T, padded / 4]: the scale of each 4 values (one int32 lane) */
-  float *sums;           /* [T, sums_per_row(padded)]: each 16 values' sum of scale * q */
+  int32_t cols;
+  const float *x; /* [T, cols] float32: float-format parts multiply these */
+  int8_t *q;      /* [T, cols] */
+  float *lanes;   /* [T, cols / 4]: the scale of each 4 values (one int32 lane of the products) */
+  float *sums;    /* [T, sums_per_row(cols)]: each 16 values' sum of scale * q, zeros past them */
 } Acts;
 
-static inline int sums_per_row(int padded) { return (padded / 16 + 15) / 16 * 16; }
-static inline int pad64(int cols) { return (cols + 63) / 64 * 64; }
+/* Per-16 entries of a row, rounded up to what products read 8 at a time. */
+static inline int sums_per_row(int cols) { return (cols / 16 + 7) / 8 * 8; }
 
-/* Bytes of `acts_init` memory for T tokens of `cols` columns (64-aligned). */
+/* Bytes of `acts_init` memory for T tokens of `cols` columns. */
 size_t acts_bytes(int T, int cols);
-/* Lay out an Acts of T tokens in `memory` (acts_bytes(T, cols), 64-aligned), reading x [T, cols]. */
+/* Lay out an Acts of T tokens in `memory` (acts_bytes(T, cols)), reading x [T, cols]. */
 Acts acts_init(void *memory, int T, int cols, const float *x);
-/* Quantize tokens t0..t1-1, columns c0..c1-1 (c0, c1 multiples of 16, or c1 = cols). */
+/* Quantize tokens t0..t1-1, columns c0..c1-1 (multiples of 16). */
 void acts_quantize(Acts *a, int t0, int t1, int c0, int c1);
-
-/* A matrix's rows unpacked for products: integer formats as unsigned 8-bit levels with a scale
-   per 4 columns and a "min" per 16 (w = scale * level - min), float formats as float32. */
-size_t unpacked_row_bytes(int format, int cols);
-/* Whether a format's products use the float32 route (F32, F16, BF16). */
-int is_float_format(int format);
-/* Whether an integer format's levels are signed (the AVX2 build multiplies them with a sign trick). */
-int has_signed_levels(int format);
-void unpack_rows(const Part *p, int cols, int r0, int rows, void *out);
-/* One row as float32 (embedding lookups), exactly as the products see its weights. */
-void dequantize_row(const Part *p, int cols, int row, float *out);
 
 /* Bytes of scratch `matmul` needs for a matrix of `cols` columns (64-aligned). */
 size_t matmul_scratch(int cols);
@@ -67,6 +56,9 @@ size_t matmul_scratch(int cols);
 /* y[t, n] (+)= x[t] . w[n] for t < T and n0 <= n < n1. Each (t, n) is computed alike whatever
    T, n0, n1 and the other tokens. */
 void matmul(const Matrix *w, const Acts *x, int T, float *y, int ldy, int n0, int n1, int add, void *scratch);
+
+/* One row of a matrix as float32 (embedding lookups, tests), as the products see its weights. */
+void dequantize_row(const Matrix *w, int row, float *out);
 
 static inline float bf16_to_f32(uint16_t v) {
   union { uint32_t u; float f; } c = {.u = (uint32_t)v << 16};
