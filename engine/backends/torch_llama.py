@@ -211,15 +211,18 @@ class TorchLlama(Backend):
             self.features = torch.zeros(self.max_len, self.config.hidden_size, dtype=self.dtype,
                                         device=self.device)
 
-    def memory(self) -> dict[str, int]:
+    def memory(self, counted: set[int] | None = None) -> dict[str, int]:
         """Bytes by use: weights left in a mapped GGUF's pages (shared with the page cache,
         resident as they are read), weights held in process memory, resident copies for other
         kernels, the KV cache (allocated; its pages count once written) and scratch (the native
-        decoder's vectors and tables and its largest pass so far, recorded features)."""
+        decoder's vectors and tables and its largest pass so far, recorded features). Weights
+        whose id is in `counted` (another model's, shared) are skipped; ours are added to it."""
+        counted = set() if counted is None else counted
         heads = [] if self.config.tie_embeddings and self.head_rows is None else [self.head]
         tensors = [self.embed, self.norm, self.norm_bias] + heads
         tensors += [w for layer in self.layers for w in vars(layer).values()]
-        weights = [w for w in tensors if w is not None]
+        weights = list({id(w): w for w in tensors if w is not None and id(w) not in counted}.values())
+        counted.update(id(w) for w in weights)
         copies = 0
         if self._copy_layers is not None:
             copies = sum(weight_nbytes(getattr(layer, m)) for layer in self._copy_layers

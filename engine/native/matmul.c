@@ -8,9 +8,10 @@ Integer sums are exact, and the float steps are the same, in the same order, for
 token) whatever the route, tile, pass width, thread or other tokens: so a token's result in a
 13-token pass is bitwise its result in a one-token pass.
 
-Two routes, chosen by the pass width alone:
-- one token: each unit is read from the weights and multiplied at once (nothing is stored);
-  a decoding pass is bound by reading the weights, so nothing else may cost much.
+Two routes, chosen by the pass width:
+- up to 4 tokens: each unit is read from the weights and multiplied with every token at once
+  (nothing is stored); a decoding pass is bound by reading the weights, so nothing else may
+  cost much. The next rows are prefetched while these are multiplied.
 - wider: a block of rows is unpacked once (levels, lane scales, mins) into scratch, and every
   token of the pass is multiplied with it in tiles of up to ROWS rows by TOKENS tokens.
 
@@ -25,7 +26,7 @@ enum { ROWS = 4, TOKENS = 4 }; /* a wide tile: 16 accumulators of the 32 registe
 #else
 enum { ROWS = 2, TOKENS = 4 }; /* 16 registers */
 #endif
-enum { FUSED_ROWS = 4, BLOCK_BYTES = 192 << 10 };
+enum { FUSED_ROWS = 4, FUSED_TOKENS = 4, BLOCK_BYTES = 192 << 10 };
 
 static int is_float(int format) { return format == F32 || format == F16 || format == BF16; }
 
@@ -60,17 +61,22 @@ ALWAYS_INLINE float finish(__m256 acc, const float *mins, const float *sums, int
 
 ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v; }
 
-/* ---- one token: rows read and multiplied unit by unit ---- */
+/* ---- up to 4 tokens: rows read and multiplied unit by unit, nothing stored ---- */
 
-ALWAYS_INLINE void fused_rows(const Part *p, int format, int K, const Acts *a, int n, int R, float *y, int add) {
+/* Rows n..n+R-1 against tokens 0..C-1 (token T-1 stands in for those past T; their results are
+   dropped). */
+ALWAYS_INLINE void fused_tile(const Part *p, int format, int K, const Acts *a, int T, int C, int n, int R, float *y,
+                              int ldy, int add) {
   const int S = sums_per_row(K), per = block_columns(format), sign = signed_levels(format);
   float mins[FUSED_ROWS][S];
-  __m256 acc[FUSED_ROWS];
+  __m256 acc[FUSED_ROWS][FUSED_TOKENS];
+  int token[FUSED_TOKENS];
+  for (int t = 0; t < C; t++) token[t] = t < T ? t : T - 1;
   for (int r = 0; r < R; r++) {
-    acc[r] = _mm256_setzero_ps();
+    for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int i = K / 16; i < S; i++) mins[r][i] = 0;
   }
-  const size_t ahead = 2 * (size_t)FUSED_ROWS * p->row_bytes; /* the next rows: fetched while these are multiplied */
+  const size_t ahead = 2 * (size_t)R * p->row_bytes; /* the next rows: fetched while these are multiplied */
   for (int j = 0; j < K; j += per)
     for (int r = 0; r < R; r++) {
       const uint8_t *b = block_at(p, format, n + r, j);
@@ -79,14 +85,20 @@ ALWAYS_INLINE void fused_rows(const Part *p, int format, int K, const Acts *a, i
       read_scales(p, format, b, n + r, K, j, &s);
       memcpy(mins[r] + j / 16, s.min, sizeof(float) * (per / 16));
       for (int k = 0; k < per / 32; k++) {
-        const __m256i q = _mm256_load_si256((const __m256i *)(a->q + j + 32 * k));
-        acc[r] = step(acc[r], dot32(read_levels(format, b, k), q, sign), s.lanes[k], a->lanes + (j + 32 * k) / 4);
+        const __m256i levels = read_levels(format, b, k);
+        for (int t = 0; t < C; t++) {
+          const size_t at = (size_t)token[t] * K + j + 32 * k;
+          const __m256i q = _mm256_load_si256((const __m256i *)(a->q + at));
+          acc[r][t] = step(acc[r][t], dot32(levels, q, sign), s.lanes[k], a->lanes + at / 4);
+        }
       }
     }
-  for (int r = 0; r < R; r++) put(y + n + r, finish(acc[r], mins[r], a->sums, S), add);
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < C && t < T; t++)
+      put(y + (size_t)t * ldy + n + r, finish(acc[r][t], mins[r], a->sums + (size_t)t * S, S), add);
 }
 
-/* Each format gets its own copy of fused_rows, with the format a constant. */
+/* Each format gets its own copy of fused_tile, with the format a constant. */
 #define BY_FORMAT(CALL)                                                                            \
   switch (p->format) {                                                                             \
     case Q4_0: CALL(Q4_0); break; case Q4_1: CALL(Q4_1); break; case Q5_0: CALL(Q5_0); break;      \
@@ -95,16 +107,26 @@ ALWAYS_INLINE void fused_rows(const Part *p, int format, int K, const Acts *a, i
     default: CALL(INT8); break;                                                                    \
   }
 
-static void one_token(const Part *p, int K, const Acts *a, float *y, int n0, int n1, int add) {
+/* Rows n0..n1 in tiles of R rows by all T <= 4 tokens; returns where it stopped (the rows left
+   over, fewer than a tile, go to the block route). */
+static int fused(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add) {
   int n = n0;
-  for (; n + FUSED_ROWS <= n1; n += FUSED_ROWS) {
-#define FUSED_4(F) fused_rows(p, F, K, a, n, FUSED_ROWS, y, add)
-    BY_FORMAT(FUSED_4)
-  }
-  for (; n < n1; n++) {
-#define FUSED_1(F) fused_rows(p, F, K, a, n, 1, y, add)
-    BY_FORMAT(FUSED_1)
-  }
+  if (T == 1)
+    for (; n + 4 <= n1; n += 4) {
+#define FUSED_1(F) fused_tile(p, F, K, a, 1, 1, n, 4, y, ldy, add)
+      BY_FORMAT(FUSED_1)
+    }
+  else if (T == 2)
+    for (; n + 4 <= n1; n += 4) {
+#define FUSED_2(F) fused_tile(p, F, K, a, 2, 2, n, 4, y, ldy, add)
+      BY_FORMAT(FUSED_2)
+    }
+  else
+    for (; n + 2 <= n1; n += 2) {
+#define FUSED_4(F) fused_tile(p, F, K, a, T, 4, n, 2, y, ldy, add)
+      BY_FORMAT(FUSED_4)
+    }
+  return n;
 }
 
 /* ---- wider passes: a block of rows unpacked once, then tiles ---- */
@@ -254,8 +276,9 @@ void matmul(const Matrix *w, const Acts *x, int T, float *y, int ldy, int n0, in
   for (int i = 0; i < w->n_parts; i++) {
     const Part *p = &w->parts[i];
     const int a = n0 > base ? n0 : base, b = n1 < base + p->rows ? n1 : base + p->rows;
-    if (a < b && T == 1 && !is_float(p->format)) one_token(p, w->cols, x, y + base, a - base, b - base, add);
-    else if (a < b) blocks(p, w->cols, x, T, y + base, ldy, a - base, b - base, add, scratch);
+    int done = a - base;
+    if (a < b && T <= FUSED_TOKENS && !is_float(p->format)) done = fused(p, w->cols, x, T, y + base, ldy, done, b - base, add);
+    if (done < b - base) blocks(p, w->cols, x, T, y + base, ldy, done, b - base, add, scratch);
     base += p->rows;
   }
 }
