@@ -245,9 +245,10 @@ def test_the_native_decoder_computes_the_gguf_where_it_is_mapped(zoo, family, qt
     """dtype gguf, the default where the native decoder runs (llama and qwen2 here): the
     file's blocks multiplied where they lie, activations quantized to int8 per 4 values, a
     bf16 KV cache, llama's Q/K rows in llama.cpp's order (rotated pairwise). Float files come
-    within 1% of the logits' range of transformers on the same weights, quantized ones within
-    3% (the activations' rounding), with the same argmax nearly everywhere. Other families
-    fall back to the torch kernels."""
+    within 0.5% of the logits' range of transformers on the same weights, quantized ones
+    within 2% (the activations' rounding), with the same argmax nearly everywhere. Other families
+    fall back to the torch kernels. (Measured here: 0.06-0.12% for float files, 0.2-0.6% for
+    Q8_0 and Q4_K; bounds 0.5% and 2%.)"""
     if native.load_library() is None:
         pytest.skip("no native decoder on this machine")
     file = zoo / f"{family}-{qtype}.gguf"
@@ -258,6 +259,5 @@ def test_the_native_decoder_computes_the_gguf_where_it_is_mapped(zoo, family, qt
     want = hf_tiny.logits(reference(zoo / family, file), IDS)
     got = model.forward(IDS)
     error = (got - want).abs().max() / want.abs().max()
-    print(family, qtype, float(error), float((got.argmax(-1) == want.argmax(-1)).float().mean()))
-    assert error <= (0.01 if qtype in ("f32", "f16") else 0.03)
+    assert error <= (0.005 if qtype in ("f32", "f16") else 0.02)
     assert (got.argmax(-1) == want.argmax(-1)).float().mean() > 0.9
