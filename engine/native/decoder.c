@@ -130,7 +130,8 @@ enum { ATTN_TOKENS = 4 };
 
 /* Which of the tokens t0..t0+B-1 see position j (sees[b]); if any does, the cache row at j
    (keys or values) as float32 in `row`. */
-static inline int row_seen(const uint16_t *rows, int j, int hd, int start, int T, int t0, int B,
+static inline __attribute__((always_inline)) int row_seen(const uint16_t *rows, int j, int hd, int start, int T,
+                                                          int t0, int B,
                            const uint8_t *local, int sees[], __m256 row[]) {
   int any = 0;
   for (int b = 0; b < B; b++) any |= sees[b] = j < start || local[(t0 + b) * T + (j - start)];
@@ -139,9 +140,11 @@ static inline int row_seen(const uint16_t *rows, int j, int hd, int start, int T
   return any;
 }
 
-static void attend(const Model *m, int layer, int kv_head, const float *qkv, int nqkv, int T, int t0, int t1,
-                   int start, const uint8_t *local, float *scratch, float *out) {
-  const int hd = m->head_dim, heads = m->n_heads / m->n_kv_heads, B = t1 - t0, stride = start + T + 8;
+static inline __attribute__((always_inline)) void attend_hd(const Model *m, int hd, int layer, int kv_head,
+                                                            const float *qkv, int nqkv, int T, int t0, int t1,
+                                                            int start, const uint8_t *local, float *scratch,
+                                                            float *out) {
+  const int heads = m->n_heads / m->n_kv_heads, B = t1 - t0, stride = start + T + 8;
   const size_t base = ((size_t)layer * m->n_kv_heads + kv_head) * m->max_len * hd;
   const uint16_t *k = m->k_cache + base, *v = m->v_cache + base;
   const float scale = 1.0f / sqrtf((float)hd);
@@ -200,6 +203,16 @@ static void attend(const Model *m, int layer, int kv_head, const float *qkv, int
       float *o = out + (size_t)(t0 + b) * m->n_heads * hd + (kv_head * heads + h) * hd;
       for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(o + 8 * d, _mm256_mul_ps(_mm256_loadu_ps(a + 8 * d), inverse));
     }
+}
+
+/* The common head dims as constants, so that the loops over a row unroll. */
+static void attend(const Model *m, int layer, int kv_head, const float *qkv, int nqkv, int T, int t0, int t1,
+                   int start, const uint8_t *local, float *scratch, float *out) {
+  switch (m->head_dim) {
+    case 64: attend_hd(m, 64, layer, kv_head, qkv, nqkv, T, t0, t1, start, local, scratch, out); break;
+    case 128: attend_hd(m, 128, layer, kv_head, qkv, nqkv, T, t0, t1, start, local, scratch, out); break;
+    default: attend_hd(m, m->head_dim, layer, kv_head, qkv, nqkv, T, t0, t1, start, local, scratch, out);
+  }
 }
 
 /* ---- threads ---- */
