@@ -58,9 +58,29 @@ def open_gguf(path: Path, four_bit: bool = False) -> LoadedWeights:
     return LoadedWeights(config, LazyTensors(list(plan), read), path)
 
 
+_MADV_POPULATE_READ = 22  # Linux 5.14+: map a range's pages now (mmap has no name for it yet)
+
+
+def _populate(mapped: mmap.mmap, tensors: list[TensorInfo]) -> None:
+    """Map the pages of these tensors now, in a few calls over the ranges they cover, so that
+    the first pass does not fault them in one by one; older kernels get a read-ahead hint."""
+    ranges: list[list[int]] = []
+    for t in sorted(tensors, key=lambda t: t.offset):
+        start = t.offset // mmap.PAGESIZE * mmap.PAGESIZE
+        if ranges and start <= ranges[-1][1] + (1 << 20):
+            ranges[-1][1] = max(ranges[-1][1], t.offset + t.nbytes)
+        else:
+            ranges.append([start, t.offset + t.nbytes])
+    for start, end in ranges:
+        try:
+            mapped.madvise(_MADV_POPULATE_READ, start, end - start)
+        except OSError:
+            mapped.madvise(mmap.MADV_WILLNEED, start, end - start)
+
+
 def map_gguf(path: Path) -> LoadedWeights:
-    """The file's matrices as BlockMatrix views of one read-only mapping of it (populated now,
-    so that the first pass does not fault the pages in one by one), its vectors as float32.
+    """The file's matrices as BlockMatrix views of one read-only mapping of it (the pages every
+    pass reads mapped now), its vectors as float32.
     Q/K rows stay in the file's order: for the families llama.cpp permutes, the native decoder
     rotates adjacent pairs (LoadedWeights.rotary_pairs)."""
     header = read_header(path)
@@ -68,8 +88,11 @@ def map_gguf(path: Path) -> LoadedWeights:
     plan = plan_tensors(config, "gguf", {name: t.shape for name, t in header.tensors.items()},
                         lambda name: name == _ROPE_FREQS, path)
     with open(path, "rb") as f:
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        raw = np.frombuffer(mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ), dtype=np.uint8)
+        mapped = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    # Every pass reads all but an untied embedding, which only gives the rows looked up.
+    _populate(mapped, [header.tensors[name] for canonical, name in plan.items()
+                       if canonical != "embed" or config.tie_embeddings])
+    raw = np.frombuffer(mapped, dtype=np.uint8)
     tensors: dict[str, Weight] = {}
     for canonical, name in plan.items():
         info = header.tensors[name]
