@@ -17,8 +17,9 @@ user's cache directory; later starts only warm the pass shapes up.
 
 A model the native decoder runs (engine/native/) has nothing to choose but thread counts: C
 runs every pass, prefill included, in the stored format (no copies: a prefill computes each
-token bitwise as decoding does), and needs no warm-up. Its calibration is a few passes from an
-empty cache, a fraction of a second even for a 1.5B model, so a first start stays short.
+token bitwise as decoding does), and needs no warm-up. Its calibration is two passes from an
+empty cache (one token, max_width tokens), a fraction of a second even for a 1.5B model, so a
+first start stays short.
 """
 from __future__ import annotations
 
@@ -122,22 +123,20 @@ _SHORT_PASS = 0.02
 
 
 def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
-    """Pass costs of a model the native decoder runs, from an empty cache: widths 1, 2 and
-    max_width once each (after a pass that wakes the caches up), on all threads, and on one
-    thread too where passes are short; the widths between are interpolated. The prefill rate
-    is estimated from the widest pass (a prefill tile multiplies as a wide pass does)."""
-    torch.set_num_threads(max_threads)
-    backend.threads_by_width = None
-    backend.truncate(0)
-    started = time.perf_counter()
-    backend.forward([0])
+    """Pass costs of a model the native decoder runs, from an empty cache: a one-token pass and
+    a max_width one, once each, on all threads, and on one thread too where a one-token pass is
+    short; the widths between are interpolated. The prefill rate is estimated from the widest
+    pass (a prefill multiplies in the same tiles; its unpacking is shared by more tokens, so this
+    errs low)."""
     threads = [max_threads]
-    if max_threads > 1 and time.perf_counter() - started < _SHORT_PASS:
-        threads.insert(0, 1)
     costs = {}
-    for n in threads:
+    for n in [max_threads, 1]:
         torch.set_num_threads(n)
-        costs[n] = measure_pass_costs(backend, max_width, repeats=1, widths=(1, 2), context=0)
+        backend.threads_by_width = None
+        costs[n] = measure_pass_costs(backend, max_width, repeats=1, widths=(1,), context=0)
+        if n == max_threads and (max_threads == 1 or costs[n][1] >= _SHORT_PASS):
+            break
+        threads = sorted(costs)
     torch.set_num_threads(max_threads)
     best = [min(threads, key=lambda n: costs[n][w]) for w in range(max_width + 1)]
     cal = Calibration(pass_cost=[costs[n][w] for w, n in enumerate(best)],
