@@ -68,9 +68,10 @@ def _reference(m: BlockMatrix) -> torch.Tensor:
 @pytest.mark.parametrize("qtype", gguf_files.TYPES, ids=lambda t: t.name)
 def test_each_format_multiplies_as_its_dequantized_weights(library, qtype):
     """The weights the products see are gguf-py's, exactly; each product is within the bound
-    its activations' quantization allows: every 4 values share a scale max|x| / 127 and are
-    rounded to it, so each is off by at most max|x| / 254, and a row's product by at most
-    sum(|w| * max|x| of its 4) / 254 (float formats are multiplied in float32, unquantized)."""
+    its activations' quantization allows: in each 128 columns, the 16 values of one lane (4
+    columns in each 32) share a scale max|x| / 127 and are rounded to it, so each is off by at
+    most max|x| / 254 of its 16, and a row's product by at most sum(|w| * that max) / 254
+    (float formats are multiplied in float32, unquantized)."""
     m = _blocks(qtype, rows=12, cols=512, seed=int(qtype))
     want = _reference(m)
     assert torch.equal(native.rows(library, m, list(range(12))), want)
@@ -80,7 +81,8 @@ def test_each_format_multiplies_as_its_dequantized_weights(library, qtype):
     if qtype in (Q.F32, Q.F16, Q.BF16):
         bound = 1e-5 * (x.abs().double() @ want.abs().double().T) + 1e-6
     else:
-        lane_max = x.abs().reshape(5, -1, 4).amax(-1).repeat_interleave(4, -1).double()
+        per_lane = x.abs().reshape(5, -1, 4, 8, 4)  # [token, 128-column block, unit, lane, column]
+        lane_max = per_lane.amax((2, 4), keepdim=True).expand_as(per_lane).reshape(5, -1).double()
         bound = 1.001 * (lane_max @ want.abs().double().T) / 254 + 1e-5 * exact.abs() + 1e-6
     assert ((got.double() - exact).abs() <= bound).all()
 
@@ -200,9 +202,11 @@ def test_logits_are_close_to_the_fp32_model_on_the_same_weights(case):
     assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 12 / 13
 
 
-def test_logits_are_as_close_to_the_dequantized_model_as_the_torch_kernels():
+def test_logits_are_nearly_as_close_to_the_dequantized_model_as_the_torch_kernels():
     """Where the torch kernels can run the same model (int4/int8 layouts), the native decoder
-    is at least as close to the fp32 model as they are (bf16 activations)."""
+    is within 2.5x of their distance from the fp32 model: they round every activation to bf16
+    (8 significant bits), it rounds them to int8 with a scale per 16 values (measured here
+    about 2x: SmolLM2's activations have outliers)."""
     for dtype in ("int4", "int8"):
         model, _ = load_model("embedded", dtype)
         converted = weight_cache.load(embedded_target_path(), dtype)
@@ -217,7 +221,7 @@ def test_logits_are_as_close_to_the_dequantized_model_as_the_torch_kernels():
             torch_kernels = _decode(model, tokens, [1] * STEPS)
         finally:
             model.native = decoder
-        assert (got - want).abs().max() <= 1.1 * (torch_kernels - want).abs().max(), dtype
+        assert (got - want).abs().max() <= 2.5 * (torch_kernels - want).abs().max(), dtype
 
 
 def test_the_avx2_build_computes_the_same_model(case, avx2_library):

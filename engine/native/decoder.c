@@ -249,7 +249,7 @@ static void barrier_wait(Barrier *b) {
 /* Work is handed out in chunks that threads claim as they come free (rows of a product, heads,
    tokens): a thread slowed by another process leaves its share to the others. Which thread
    computes a chunk never changes its result. */
-enum { CHUNK_ROWS = 64, STEPS = 7 }; /* STEPS: claimed steps per layer (and for the final ones) */
+enum { CHUNK_ROWS = 64, STEPS = 9 }; /* STEPS: claimed steps per layer (and for the final ones) */
 
 typedef struct {
   const Model *m;
@@ -286,12 +286,17 @@ static void product_rows(Pass *p, int step, const Matrix *w, const Acts *x, floa
   }
 }
 
+/* Tokens in chunks: each quantized. */
+static void quantize_tokens(Pass *p, int step, Acts *a) {
+  for (int t; (t = claim(p, step, p->T)) >= 0;) acts_quantize(a, t, t + 1);
+}
+
 /* Tokens in chunks: each normalized (x -> h) and quantized. */
 static void norm_tokens(Pass *p, int step, const float *weight) {
   const int D = p->m->dim;
   for (int t; (t = claim(p, step, p->T)) >= 0;) {
     rms_norm(p->x + (size_t)t * D, weight, D, p->m->eps, p->h + (size_t)t * D);
-    acts_quantize(&p->normed, t, t + 1, 0, D);
+    acts_quantize(&p->normed, t, t + 1);
   }
 }
 
@@ -322,7 +327,7 @@ static void *run_worker(void *arg) {
   while (!atomic_load(&p->ready)) sched_yield();
   const Model *m = p->m;
   const int T = p->T, D = m->dim, hd = m->head_dim;
-  const int nh = m->n_heads, nkv = m->n_kv_heads, group = nh / nkv, F = m->ffn_dim;
+  const int nh = m->n_heads, nkv = m->n_kv_heads, F = m->ffn_dim;
   char *own = p->private_memory + (size_t)w->id * p->private_bytes;
   void *products = own; /* matmul's scratch, then attention's */
   float *scores = (float *)(own + p->products_bytes);
@@ -335,27 +340,29 @@ static void *run_worker(void *arg) {
     barrier_wait(&p->barrier);
     const int blocks = (T + ATTN_TOKENS - 1) / ATTN_TOKENS; /* attention: (KV head, block of tokens) */
     for (int i; (i = claim(p, step + 2, nkv * blocks)) >= 0;) {
-      const int t0 = i / nkv * ATTN_TOKENS, t1 = t0 + ATTN_TOKENS < T ? t0 + ATTN_TOKENS : T, g = i % nkv;
-      attend(m, l, g, p->qkv, (nh + 2 * nkv) * hd, T, t0, t1, p->start, p->local, scores, p->attn);
-      acts_quantize(&p->attended, t0, t1, g * group * hd, (g + 1) * group * hd);
+      const int t0 = i / nkv * ATTN_TOKENS, t1 = t0 + ATTN_TOKENS < T ? t0 + ATTN_TOKENS : T;
+      attend(m, l, i % nkv, p->qkv, (nh + 2 * nkv) * hd, T, t0, t1, p->start, p->local, scores, p->attn);
     }
     barrier_wait(&p->barrier);
-    product_rows(p, step + 3, &L->wo, &p->attended, p->x, D, 1, products);
+    quantize_tokens(p, step + 3, &p->attended);
     barrier_wait(&p->barrier);
-    norm_tokens(p, step + 4, L->ffn_norm);
+    product_rows(p, step + 4, &L->wo, &p->attended, p->x, D, 1, products);
     barrier_wait(&p->barrier);
-    /* MLP: a chunk is matching gate and up rows, so its thread applies SiLU and quantizes */
-    for (int c; (c = claim(p, step + 5, (F + CHUNK_ROWS - 1) / CHUNK_ROWS)) >= 0;) {
+    norm_tokens(p, step + 5, L->ffn_norm);
+    barrier_wait(&p->barrier);
+    /* MLP: a chunk is matching gate and up rows, so its thread applies SiLU */
+    for (int c; (c = claim(p, step + 6, (F + CHUNK_ROWS - 1) / CHUNK_ROWS)) >= 0;) {
       const int a = c * CHUNK_ROWS, b = a + CHUNK_ROWS < F ? a + CHUNK_ROWS : F;
       matmul(&L->w_gate_up, &p->normed, T, p->gate_up, 2 * F, a, b, 0, products);
       matmul(&L->w_gate_up, &p->normed, T, p->gate_up, 2 * F, F + a, F + b, 0, products);
       for (int t = 0; t < T; t++)
         swiglu(p->gate_up + (size_t)t * 2 * F + a, p->gate_up + (size_t)t * 2 * F + F + a, b - a,
                p->act + (size_t)t * F + a);
-      acts_quantize(&p->activated, 0, T, a, b);
     }
     barrier_wait(&p->barrier);
-    product_rows(p, step + 6, &L->w_down, &p->activated, p->x, D, 1, products);
+    quantize_tokens(p, step + 7, &p->activated);
+    barrier_wait(&p->barrier);
+    product_rows(p, step + 8, &L->w_down, &p->activated, p->x, D, 1, products);
     barrier_wait(&p->barrier);
   }
   const int step = STEPS * m->n_layers;
@@ -393,7 +400,7 @@ int draftline_matmul(const Matrix *w, int T, const float *x, float *y) {
   char *memory = aligned_alloc(64, acts + up64(matmul_scratch(w->cols)));
   if (!memory) return -1;
   Acts a = acts_init(memory, T, w->cols, x);
-  acts_quantize(&a, 0, T, 0, w->cols);
+  acts_quantize(&a, 0, T);
   matmul(w, &a, T, y, w->rows, 0, w->rows, 0, memory + acts);
   free(memory);
   return 0;

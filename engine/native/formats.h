@@ -39,10 +39,10 @@ ALWAYS_INLINE int block_bytes(int format) {
   }
 }
 
-/* What one block gives besides its levels: the lane scales of each of its units, the min of
-   each 16 columns. */
+/* What one block gives besides its levels: its scales (one per 32 columns, or per 16 for Q6_K;
+   unit_scales spreads them over a unit's lanes) and the min of each 16 columns. */
 typedef struct {
-  __m256 lanes[8];
+  __m256 scale[2];
   float min[16];
 } Scales;
 
@@ -82,7 +82,7 @@ ALWAYS_INLINE __m256i fifth_bits(const uint8_t *qh) {
 }
 
 /* Q4_K/Q5_K: the 6-bit scales and mins of the 8 sub-blocks (ggml's get_scale_min_k4, done on
-   32-bit words as llama.cpp's dot products do), times d and dmin. */
+   32-bit words as llama.cpp's dot products do), times d and dmin; a min per 16 columns. */
 ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales *s) {
   const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
   uint32_t u[4];
@@ -95,10 +95,9 @@ ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales 
   /* 8 scales, then 8 mins; built in registers (a 16-byte load of these 4 stores would wait
      for them: store forwarding fails) */
   const __m128i bytes = _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
-  const __m256 sc = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
+  s->scale[0] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
   const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(dmin),
                                   _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8))));
-  for (int k = 0; k < 8; k++) s->lanes[k] = _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(k));
   _mm256_storeu_ps(s->min, _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
   _mm256_storeu_ps(s->min + 8, _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));
 }
@@ -109,9 +108,7 @@ ALWAYS_INLINE void scales_q6k(const int8_t *sc, float d, Scales *s) {
   for (int half = 0; half < 2; half++) {
     const __m256 v = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                                                           half ? _mm_srli_si128(bytes, 8) : bytes)));
-    for (int k = 0; k < 4; k++) /* a unit: 4 lanes of one scale, 4 of the next */
-      s->lanes[4 * half + k] = _mm256_permutevar8x32_ps(
-          v, _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1));
+    s->scale[half] = v;
     _mm256_storeu_ps(s->min + 8 * half, _mm256_mul_ps(_mm256_set1_ps(32), v));
   }
 }
@@ -141,8 +138,18 @@ ALWAYS_INLINE void read_scales(const Part *p, int format, const uint8_t *b, int 
       break;
     }
   }
-  s->lanes[0] = _mm256_set1_ps(scale);
+  s->scale[0] = _mm256_set1_ps(scale);
   s->min[0] = s->min[1] = min;
+}
+
+/* The scale of each lane (4 columns) of the block's k-th unit. */
+ALWAYS_INLINE __m256 unit_scales(int format, const Scales *s, int k) {
+  if (format == Q4_K || format == Q5_K) return _mm256_permutevar8x32_ps(s->scale[0], _mm256_set1_epi32(k));
+  if (format == Q6_K) { /* 4 lanes of one scale, 4 of the next */
+    const int i = 2 * (k % 4);
+    return _mm256_permutevar8x32_ps(s->scale[k / 4], _mm256_setr_epi32(i, i, i, i, i + 1, i + 1, i + 1, i + 1));
+  }
+  return s->scale[0];
 }
 
 /* The levels of the k-th 32 columns of the block at b. */

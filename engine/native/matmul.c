@@ -1,12 +1,14 @@
-/* Products of quantized activations (native.h's Acts) with matrices in their stored formats.
+/* Products of quantized activations (native.h's Acts, quantize.c) with matrices in their stored
+formats.
 
-Per 32 columns of one row and one token: an integer dot product of the 8-bit levels
-(formats.h) and activations in 8 int32 lanes of 4 columns each, converted to float and added
-with the weights' lane scale times the activations' lane scale; at the end the mins times the
-activations' sums of each 16 columns come off, and the 8 lanes are summed in a fixed tree.
-Integer sums are exact, and the float steps are the same, in the same order, for a (row,
-token) whatever the route, tile, pass width, thread or other tokens: so a token's result in a
-13-token pass is bitwise its result in a one-token pass.
+Per 32 columns (a unit) of one row and one token: an integer dot product of the 8-bit levels
+(formats.h) and activations in 8 int32 lanes of 4 columns each, converted to float and added up
+with the weights' lane scales; after each block of 4 units (128 columns: the activations'
+block), that sum is added with the block's 8 activation lane scales; at the end the weights'
+mins times the activations' sums of each 16 columns come off, and the 8 lanes are summed in a
+fixed tree. Integer sums are exact, and the float steps are the same, in the same order, for a
+(row, token) whatever the route, tile, pass width, thread or other tokens: so a token's result
+in a 13-token pass is bitwise its result in a one-token pass.
 
 Two routes, chosen by the pass width:
 - up to 4 tokens: each unit is read from the weights and multiplied with every token at once
@@ -21,12 +23,13 @@ Float formats (F32, F16, BF16) are multiplied in float32 with FMA.
 */
 #include "formats.h"
 
+/* Tiles keep two accumulators per (row, token): the block's sum and the row's. */
 #if VNNI
-enum { ROWS = 4, TOKENS = 4 }; /* a wide tile: 16 accumulators of the 32 registers */
+enum { ROWS = 4, TOKENS = 4, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 2 }; /* 32 registers */
 #else
-enum { ROWS = 2, TOKENS = 4 }; /* 16 registers */
+enum { ROWS = 2, TOKENS = 2, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 1 }; /* 16 registers */
 #endif
-enum { FUSED_ROWS = 4, FUSED_TOKENS = 4, BLOCK_BYTES = 192 << 10 };
+enum { FUSED_ROWS = 4, FUSED_TOKENS = 4, BLOCK_BYTES = 192 << 10, BLOCK_UNITS = ACT_BLOCK / 32 };
 
 static int is_float(int format) { return format == F32 || format == F16 || format == BF16; }
 
@@ -41,9 +44,15 @@ ALWAYS_INLINE __m256i dot32(__m256i levels, __m256i q, int sign) {
 #endif
 }
 
-/* acc += float(dot) * (weight lane scales * activation lane scales) */
-ALWAYS_INLINE __m256 step(__m256 acc, __m256i dot, __m256 scales, const float *act_lanes) {
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scales, _mm256_load_ps(act_lanes)), acc);
+/* part += float(dot) * weight lane scales */
+ALWAYS_INLINE __m256 step(__m256 part, __m256i dot, __m256 scales) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scales, part);
+}
+
+/* After the last unit of an activation block (BLOCK_UNITS units, or the row's end; u: any of them):
+   acc += part * the block's activation lane scales. */
+ALWAYS_INLINE __m256 fold(__m256 acc, __m256 part, const float *act_lanes, int u) {
+  return _mm256_fmadd_ps(part, _mm256_load_ps(act_lanes + u / BLOCK_UNITS * 8), acc);
 }
 
 ALWAYS_INLINE float sum8(__m256 v) {
@@ -67,32 +76,53 @@ ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v
    dropped). */
 ALWAYS_INLINE void fused_tile(const Part *p, int format, int K, const Acts *a, int T, int C, int n, int R, float *y,
                               int ldy, int add) {
-  const int S = sums_per_row(K), per = block_columns(format), sign = signed_levels(format);
+  const int S = sums_per_row(K), L = lanes_per_row(K), per = block_columns(format), sign = signed_levels(format);
   float mins[FUSED_ROWS][S];
-  __m256 acc[FUSED_ROWS][FUSED_TOKENS];
+  __m256 acc[FUSED_ROWS][FUSED_TOKENS], part[FUSED_ROWS][FUSED_TOKENS];
   int token[FUSED_TOKENS];
   for (int t = 0; t < C; t++) token[t] = t < T ? t : T - 1;
   for (int r = 0; r < R; r++) {
-    for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int t = 0; t < C; t++) acc[r][t] = part[r][t] = _mm256_setzero_ps();
     for (int i = K / 16; i < S; i++) mins[r][i] = 0;
   }
   const size_t ahead = 2 * (size_t)R * p->row_bytes; /* the next rows: fetched while these are multiplied */
-  for (int j = 0; j < K; j += per)
-    for (int r = 0; r < R; r++) {
-      const uint8_t *b = block_at(p, format, n + r, j);
-      for (int line = 0; line < block_bytes(format); line += 64) _mm_prefetch((const char *)b + ahead + line, _MM_HINT_T0);
-      Scales s;
-      read_scales(p, format, b, n + r, K, j, &s);
-      memcpy(mins[r] + j / 16, s.min, sizeof(float) * (per / 16));
-      for (int k = 0; k < per / 32; k++) {
-        const __m256i levels = read_levels(format, b, k);
-        for (int t = 0; t < C; t++) {
-          const size_t at = (size_t)token[t] * K + j + 32 * k;
-          const __m256i q = _mm256_load_si256((const __m256i *)(a->q + at));
-          acc[r][t] = step(acc[r][t], dot32(levels, q, sign), s.lanes[k], a->lanes + at / 4);
+  /* Rows interleaved block by block (independent chains for the out-of-order core); K-quant
+     blocks hold 2 activation blocks, other formats' 4 blocks make one. */
+  const int span = per > ACT_BLOCK ? per : ACT_BLOCK;
+  for (int j0 = 0; j0 < K; j0 += span) {
+#pragma GCC unroll 8
+    for (int j = j0; j < j0 + span; j += per) {
+      if (j >= K) break;
+      for (int r = 0; r < R; r++) {
+        const uint8_t *b = block_at(p, format, n + r, j);
+        for (int line = 0; line < block_bytes(format); line += 64)
+          _mm_prefetch((const char *)b + ahead + line, _MM_HINT_T0);
+        Scales s;
+        read_scales(p, format, b, n + r, K, j, &s);
+        memcpy(mins[r] + j / 16, s.min, sizeof(float) * (per / 16));
+#pragma GCC unroll 8 /* k constant in each copy: the folds are known, the accumulators stay in registers */
+        for (int k = 0; k < per / 32; k++) {
+          const __m256i levels = read_levels(format, b, k);
+          const __m256 scales = unit_scales(format, &s, k);
+          for (int t = 0; t < C; t++) {
+            const __m256i q = _mm256_load_si256((const __m256i *)(a->q + (size_t)token[t] * K + j + 32 * k));
+            part[r][t] = step(part[r][t], dot32(levels, q, sign), scales);
+          }
+          if (per == 256 && k % BLOCK_UNITS == BLOCK_UNITS - 1) /* an activation block ends in a K-quant block */
+            for (int t = 0; t < C; t++) {
+              acc[r][t] = fold(acc[r][t], part[r][t], a->lanes + (size_t)token[t] * L, j / 32 + k);
+              part[r][t] = _mm256_setzero_ps();
+            }
         }
       }
     }
+    if (per != 256) /* the activation block of these blocks ends */
+      for (int r = 0; r < R; r++)
+        for (int t = 0; t < C; t++) {
+          acc[r][t] = fold(acc[r][t], part[r][t], a->lanes + (size_t)token[t] * L, j0 / 32);
+          part[r][t] = _mm256_setzero_ps();
+        }
+  }
   for (int r = 0; r < R; r++)
     for (int t = 0; t < C && t < T; t++)
       put(y + (size_t)t * ldy + n + r, finish(acc[r][t], mins[r], a->sums + (size_t)t * S, S), add);
@@ -107,23 +137,23 @@ ALWAYS_INLINE void fused_tile(const Part *p, int format, int K, const Acts *a, i
     default: CALL(INT8); break;                                                                    \
   }
 
-/* Rows n0..n1 in tiles of R rows by all T <= 4 tokens; returns where it stopped (the rows left
+/* Rows n0..n1 in tiles of rows by all T <= 4 tokens; returns where it stopped (the rows left
    over, fewer than a tile, go to the block route). */
 static int fused(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add) {
   int n = n0;
   if (T == 1)
-    for (; n + 4 <= n1; n += 4) {
-#define FUSED_1(F) fused_tile(p, F, K, a, 1, 1, n, 4, y, ldy, add)
+    for (; n + FUSED_ROWS_1 <= n1; n += FUSED_ROWS_1) {
+#define FUSED_1(F) fused_tile(p, F, K, a, 1, 1, n, FUSED_ROWS_1, y, ldy, add)
       BY_FORMAT(FUSED_1)
     }
   else if (T == 2)
-    for (; n + 4 <= n1; n += 4) {
-#define FUSED_2(F) fused_tile(p, F, K, a, 2, 2, n, 4, y, ldy, add)
+    for (; n + FUSED_ROWS_2 <= n1; n += FUSED_ROWS_2) {
+#define FUSED_2(F) fused_tile(p, F, K, a, 2, 2, n, FUSED_ROWS_2, y, ldy, add)
       BY_FORMAT(FUSED_2)
     }
   else
-    for (; n + 2 <= n1; n += 2) {
-#define FUSED_4(F) fused_tile(p, F, K, a, T, 4, n, 2, y, ldy, add)
+    for (; n + FUSED_ROWS_4 <= n1; n += FUSED_ROWS_4) {
+#define FUSED_4(F) fused_tile(p, F, K, a, T, 4, n, FUSED_ROWS_4, y, ldy, add)
       BY_FORMAT(FUSED_4)
     }
   return n;
@@ -147,7 +177,7 @@ ALWAYS_INLINE void unpack_row(const Part *p, int format, int K, int row, uint8_t
     memcpy(mins + j / 16, s.min, sizeof(float) * (per / 16));
     for (int k = 0; k < per / 32; k++) {
       _mm256_store_si256((__m256i *)(out + j + 32 * k), read_levels(format, b, k));
-      _mm256_store_ps(lanes + (j + 32 * k) / 4, s.lanes[k]);
+      _mm256_store_ps(lanes + (j + 32 * k) / 4, unit_scales(format, &s, k));
     }
   }
   for (int i = K / 16; i < sums_per_row(K); i++) mins[i] = 0;
@@ -176,19 +206,27 @@ static void unpack_rows(const Part *p, int K, int r0, int rows, uint8_t *out) {
 
 ALWAYS_INLINE void int_tile(const uint8_t *w, size_t ldw, const Acts *a, int t0, int R, int C, int sign, float *y,
                             int ldy, int add) {
-  const int K = a->cols, S = sums_per_row(K);
+  const int K = a->cols, S = sums_per_row(K), L = lanes_per_row(K);
   __m256 acc[ROWS][TOKENS];
   for (int r = 0; r < R; r++)
     for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
-  for (int u = 0; u < K / 32; u++)
-    for (int r = 0; r < R; r++) {
-      const __m256i levels = _mm256_load_si256((const __m256i *)(w + r * ldw + 32 * u));
-      const __m256 scales = _mm256_load_ps((const float *)(w + r * ldw + K) + 8 * u);
-      for (int t = 0; t < C; t++) {
-        const __m256i q = _mm256_load_si256((const __m256i *)(a->q + (size_t)(t0 + t) * K + 32 * u));
-        acc[r][t] = step(acc[r][t], dot32(levels, q, sign), scales, a->lanes + (size_t)(t0 + t) * K / 4 + 8 * u);
+  for (int u0 = 0; u0 < K / 32; u0 += BLOCK_UNITS) { /* an activation block */
+    const int u1 = u0 + BLOCK_UNITS < K / 32 ? u0 + BLOCK_UNITS : K / 32;
+    __m256 part[ROWS][TOKENS];
+    for (int r = 0; r < R; r++)
+      for (int t = 0; t < C; t++) part[r][t] = _mm256_setzero_ps();
+    for (int u = u0; u < u1; u++)
+      for (int r = 0; r < R; r++) {
+        const __m256i levels = _mm256_load_si256((const __m256i *)(w + r * ldw + 32 * u));
+        const __m256 scales = _mm256_load_ps((const float *)(w + r * ldw + K) + 8 * u);
+        for (int t = 0; t < C; t++) {
+          const __m256i q = _mm256_load_si256((const __m256i *)(a->q + (size_t)(t0 + t) * K + 32 * u));
+          part[r][t] = step(part[r][t], dot32(levels, q, sign), scales);
+        }
       }
-    }
+    for (int r = 0; r < R; r++)
+      for (int t = 0; t < C; t++) acc[r][t] = fold(acc[r][t], part[r][t], a->lanes + (size_t)(t0 + t) * L, u1 - 1);
+  }
   for (int r = 0; r < R; r++)
     for (int t = 0; t < C; t++)
       put(y + (size_t)(t0 + t) * ldy + r,
@@ -212,11 +250,18 @@ ALWAYS_INLINE void float_tile(const float *w, int ldw, const Acts *a, int t0, in
 }
 
 /* Tiles of every shape up to ROWS x TOKENS, each compiled with its shape as constants. */
+#if VNNI
 #define BY_TOKENS(TILE, R)                                                                         \
   switch (C) {                                                                                     \
     case 1: TILE(R, 1); break; case 2: TILE(R, 2); break; case 3: TILE(R, 3); break;               \
     default: TILE(R, 4); break;                                                                    \
   }
+#else
+#define BY_TOKENS(TILE, R)                                                                         \
+  switch (C) {                                                                                     \
+    case 1: TILE(R, 1); break; default: TILE(R, 2); break;                                         \
+  }
+#endif
 #if VNNI
 #define BY_SHAPE(TILE)                                                                             \
   switch (R) {                                                                                     \

@@ -30,16 +30,20 @@ typedef struct {
 } Matrix;
 
 /* Activations of T tokens for a product with `cols` columns (a multiple of 32). Each token's
-   row is quantized on its own, per 4 values: x ~= scale * q with q int8 in -127..127, so a
-   token's product never depends on the other tokens of the pass. */
+   row is quantized on its own (quantize.c): int8 with a scale per 16 values, so a token's
+   product never depends on the other tokens of the pass. */
+enum { ACT_BLOCK = 128 }; /* columns whose 8 lanes each have their own scale */
+
 typedef struct {
   int32_t cols;
   const float *x; /* [T, cols] float32: float-format parts multiply these */
   int8_t *q;      /* [T, cols] */
-  float *lanes;   /* [T, cols / 4]: the scale of each 4 values (one int32 lane of the products) */
+  float *lanes;   /* [T, lanes_per_row(cols)]: per block of ACT_BLOCK columns, the scale of each
+                     int32 lane (columns 32u + 4l .. + 3 of its units u share lane l's) */
   float *sums;    /* [T, sums_per_row(cols)]: each 16 values' sum of scale * q, zeros past them */
 } Acts;
 
+static inline int lanes_per_row(int cols) { return (cols + ACT_BLOCK - 1) / ACT_BLOCK * 8; }
 /* Per-16 entries of a row, rounded up to what products read 8 at a time. */
 static inline int sums_per_row(int cols) { return (cols / 16 + 7) / 8 * 8; }
 
@@ -47,8 +51,8 @@ static inline int sums_per_row(int cols) { return (cols / 16 + 7) / 8 * 8; }
 size_t acts_bytes(int T, int cols);
 /* Lay out an Acts of T tokens in `memory` (acts_bytes(T, cols)), reading x [T, cols]. */
 Acts acts_init(void *memory, int T, int cols, const float *x);
-/* Quantize tokens t0..t1-1, columns c0..c1-1 (multiples of 16). */
-void acts_quantize(Acts *a, int t0, int t1, int c0, int c1);
+/* Quantize tokens t0..t1-1. */
+void acts_quantize(Acts *a, int t0, int t1);
 
 /* Bytes of scratch `matmul` needs for a matrix of `cols` columns (64-aligned). */
 size_t matmul_scratch(int cols);
