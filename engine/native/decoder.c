@@ -125,8 +125,9 @@ static void swiglu(const float *gate, const float *up, int n, float *act) {
    sums run over the same sequence as in a one-token pass at its place; each key and value
    row is read from the cache once for all of these tokens and heads (at long contexts the
    cache, not the arithmetic, is what costs). scratch: ATTN_TOKENS * heads * (start + T + 8
-   + head_dim) floats. out: the pass's attention output [T, heads of the model * head_dim]. */
-enum { ATTN_TOKENS = 4 };
+   + head_dim) + VALUE_ROWS * head_dim floats. out: the pass's attention output [T, heads of the
+   model * head_dim]. */
+enum { ATTN_TOKENS = 4, VALUE_ROWS = 64 };
 
 /* Which of the tokens t0..t0+B-1 see position j (sees[b]); if any does, the cache row at j
    (keys or values) as float32 in `row`. */
@@ -182,18 +183,37 @@ static inline __attribute__((always_inline)) void attend_hd(const Model *m, int 
       }
       total[b][h] = sum8(sum);
     }
+  /* Values: blocks of VALUE_ROWS positions converted to float once, then each (token, head)
+     adds the rows it sees into accumulators held in registers, in order of position. */
   memset(acc, 0, sizeof(float) * (size_t)B * heads * hd);
+  float *values = acc + (size_t)ATTN_TOKENS * heads * hd; /* [VALUE_ROWS][hd] */
   int at[ATTN_TOKENS] = {0};
-  for (int j = 0; j < start + T; j++) {
-    if (!row_seen(v, j, hd, start, T, t0, B, local, sees, row)) continue;
+  uint8_t seen_by[VALUE_ROWS][ATTN_TOKENS];
+  for (int j0 = 0; j0 < start + T; j0 += VALUE_ROWS) {
+    int rows = 0;
+    for (int j = j0; j < j0 + VALUE_ROWS && j < start + T; j++) {
+      if (!row_seen(v, j, hd, start, T, t0, B, local, sees, row)) continue;
+      for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(values + (size_t)rows * hd + 8 * d, row[d]);
+      for (int b = 0; b < B; b++) seen_by[rows][b] = (uint8_t)sees[b];
+      rows++;
+    }
     for (int b = 0; b < B; b++) {
-      if (!sees[b]) continue;
+      int used = 0;
       for (int h = 0; h < heads; h++) {
-        __m256 p = _mm256_set1_ps(scores[(size_t)(b * heads + h) * stride + at[b]]);
+        const float *probs = scores + (size_t)(b * heads + h) * stride + at[b];
         float *a = acc + (size_t)(b * heads + h) * hd;
-        for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(a + 8 * d, _mm256_fmadd_ps(p, row[d], _mm256_loadu_ps(a + 8 * d)));
+        __m256 sum[MAX_HEAD_DIM / 8];
+        for (int d = 0; d < hd / 8; d++) sum[d] = _mm256_loadu_ps(a + 8 * d);
+        used = 0;
+        for (int r = 0; r < rows; r++) {
+          if (!seen_by[r][b]) continue;
+          const __m256 p = _mm256_set1_ps(probs[used++]);
+          for (int d = 0; d < hd / 8; d++)
+            sum[d] = _mm256_fmadd_ps(p, _mm256_loadu_ps(values + (size_t)r * hd + 8 * d), sum[d]);
+        }
+        for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(a + 8 * d, sum[d]);
       }
-      at[b]++;
+      at[b] += used;
     }
   }
   for (int b = 0; b < B; b++)
@@ -385,7 +405,7 @@ static void pass_bytes(const Model *m, int T, int start, size_t *shared, size_t 
   int widest = D > F ? D : F;
   widest = nh * hd > widest ? nh * hd : widest;
   *products = up64(matmul_scratch(widest));
-  *own = *products + up64(sizeof(float) * (size_t)ATTN_TOKENS * group * (start + T + 8 + hd));
+  *own = *products + up64(sizeof(float) * ((size_t)ATTN_TOKENS * group * (start + T + 8 + hd) + VALUE_ROWS * hd));
 }
 
 size_t draftline_scratch_bytes(const Model *m, int T, int start, int threads) {
