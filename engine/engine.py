@@ -190,10 +190,13 @@ def _draft_pass_cost(draft: Backend, max_threads: int) -> float:
     with (kept for it): its shape is not the target's, so the target's choice may not suit it."""
     if not hasattr(draft, "threads_by_width"):
         return measure_pass_costs(draft, 1)[1]
+    # C passes need no cache behind them to be timed fairly (no kernel set-up to amortize)
+    context = 0 if getattr(draft, "native", None) is not None else None
     costs = {}
     for threads in sorted({1, max_threads}):
         draft.threads_by_width = [threads]
-        costs[threads] = measure_pass_costs(draft, 1)[1]
+        costs[threads] = (measure_pass_costs(draft, 1) if context is None
+                          else measure_pass_costs(draft, 1, context=context))[1]
     draft.threads_by_width = [min(costs, key=costs.get)]
     return min(costs.values())
 
