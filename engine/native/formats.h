@@ -39,11 +39,10 @@ ALWAYS_INLINE int block_bytes(int format) {
   }
 }
 
-/* What one block gives besides its levels: its scales (one per 32 columns, or per 16 for Q6_K;
-   unit_scales spreads them over a unit's lanes) and the min of each 16 columns. */
+/* A block's scales (one per 32 columns, or per 16 for Q6_K); unit_scales spreads them over a
+   unit's lanes. */
 typedef struct {
   __m256 scale[2];
-  float min[16];
 } Scales;
 
 ALWAYS_INLINE float f16_at(const uint8_t *p) {
@@ -81,35 +80,34 @@ ALWAYS_INLINE __m256i fifth_bits(const uint8_t *qh) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select), _mm256_set1_epi8(16));
 }
 
-/* Q4_K/Q5_K: the 6-bit scales and mins of the 8 sub-blocks (ggml's get_scale_min_k4, done on
-   32-bit words as llama.cpp's dot products do), times d and dmin; a min per 16 columns. */
-ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales *s) {
-  const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
-  uint32_t u[4];
-  memcpy(u, packed, 12);
-  u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
-  const uint32_t mins_low = u[1] & m1;
-  u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
-  u[2] = mins_low;
-  u[0] &= m1;
-  /* 8 scales, then 8 mins; built in registers (a 16-byte load of these 4 stores would wait
-     for them: store forwarding fails) */
-  const __m128i bytes = _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+/* Q4_K/Q5_K: the 6-bit scales and mins of the 8 sub-blocks (ggml's get_scale_min_k4: bytes
+   0-3 hold scales 0-3 and the top bits of 4-7, bytes 4-7 mins 0-3 and the top bits of mins 4-7,
+   bytes 8-11 the low bits of scales and mins 4-7), in byte lanes at once, times d and dmin; a
+   min per 16 columns into `min`. */
+ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales *s, float *min) {
+  const __m128i x = _mm_loadu_si128((const __m128i *)packed); /* 12 bytes and 4 of the levels */
+  const __m128i y = _mm_shuffle_epi8(x, _mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7));
+  const __m128i c = _mm_shuffle_epi8(x, _mm_setr_epi8(-1, -1, -1, -1, 8, 9, 10, 11, -1, -1, -1, -1, 8, 9, 10, 11));
+  const __m128i low = _mm_and_si128(y, _mm_set1_epi8(63));                           /* sub-blocks 0-3 */
+  const __m128i top = _mm_and_si128(_mm_srli_epi16(y, 2), _mm_set1_epi8(0x30));    /* 4-7: bits 4, 5 */
+  const __m128i bottom = _mm_blend_epi32(_mm_and_si128(c, _mm_set1_epi8(15)),
+                                         _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(15)), 0x8);
+  const __m128i bytes = _mm_blend_epi32(low, _mm_or_si128(top, bottom), 0xA); /* 8 scales, then 8 mins */
   s->scale[0] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
   const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(dmin),
                                   _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8))));
-  _mm256_storeu_ps(s->min, _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
-  _mm256_storeu_ps(s->min + 8, _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));
+  _mm256_storeu_ps(min, _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
+  _mm256_storeu_ps(min + 8, _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));
 }
 
 /* Q6_K: 16 int8 scales (one per 16 columns) times d; min 32 * scale. */
-ALWAYS_INLINE void scales_q6k(const int8_t *sc, float d, Scales *s) {
+ALWAYS_INLINE void scales_q6k(const int8_t *sc, float d, Scales *s, float *min) {
   const __m128i bytes = _mm_loadu_si128((const __m128i *)sc);
   for (int half = 0; half < 2; half++) {
     const __m256 v = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                                                           half ? _mm_srli_si128(bytes, 8) : bytes)));
     s->scale[half] = v;
-    _mm256_storeu_ps(s->min + 8 * half, _mm256_mul_ps(_mm256_set1_ps(32), v));
+    _mm256_storeu_ps(min + 8 * half, _mm256_mul_ps(_mm256_set1_ps(32), v));
   }
 }
 
@@ -121,25 +119,26 @@ ALWAYS_INLINE const uint8_t *block_at(const Part *p, int format, int row, int j)
   return r + (size_t)(j / block_columns(format)) * block_bytes(format);
 }
 
-/* The scales and mins of the block at b (columns j.. of `row`). */
-ALWAYS_INLINE void read_scales(const Part *p, int format, const uint8_t *b, int row, int cols, int j, Scales *s) {
-  float scale = 0, min = 0;
+/* The scales of the block at b (columns j.. of `row`), and its mins (one per 16 columns) into `min`. */
+ALWAYS_INLINE void read_scales(const Part *p, int format, const uint8_t *b, int row, int cols, int j, Scales *s,
+                               float *min) {
+  float scale = 0, offset = 0;
   switch (format) {
-    case Q4_K: case Q5_K: scales_k4(b + 4, f16_at(b), f16_at(b + 2), s); return;
-    case Q6_K: scales_q6k((const int8_t *)(b + 192), f16_at(b + 208), s); return;
-    case Q4_0: scale = f16_at(b), min = 8 * scale; break;
-    case Q5_0: scale = f16_at(b), min = 16 * scale; break;
-    case Q4_1: case Q5_1: scale = f16_at(b), min = -f16_at(b + 2); break;
-    case Q8_0: scale = f16_at(b), min = VNNI ? 128 * scale : 0; break;
-    case INT8: scale = bf16_to_f32(p->scale[row]), min = VNNI ? 128 * scale : 0; break;
+    case Q4_K: case Q5_K: scales_k4(b + 4, f16_at(b), f16_at(b + 2), s, min); return;
+    case Q6_K: scales_q6k((const int8_t *)(b + 192), f16_at(b + 208), s, min); return;
+    case Q4_0: scale = f16_at(b), offset = 8 * scale; break;
+    case Q5_0: scale = f16_at(b), offset = 16 * scale; break;
+    case Q4_1: case Q5_1: scale = f16_at(b), offset = -f16_at(b + 2); break;
+    case Q8_0: scale = f16_at(b), offset = VNNI ? 128 * scale : 0; break;
+    case INT8: scale = bf16_to_f32(p->scale[row]), offset = VNNI ? 128 * scale : 0; break;
     case INT4: {
       const size_t g = (size_t)row * (cols / 32) + j / 32;
-      scale = bf16_to_f32(p->scale[g]), min = 8 * scale - bf16_to_f32(p->zero[g]);
+      scale = bf16_to_f32(p->scale[g]), offset = 8 * scale - bf16_to_f32(p->zero[g]);
       break;
     }
   }
   s->scale[0] = _mm256_set1_ps(scale);
-  s->min[0] = s->min[1] = min;
+  min[0] = min[1] = offset;
 }
 
 /* The scale of each lane (4 columns) of the block's k-th unit. */

@@ -98,8 +98,7 @@ ALWAYS_INLINE void fused_tile(const Part *p, int format, int K, const Acts *a, i
         for (int line = 0; line < block_bytes(format); line += 64)
           _mm_prefetch((const char *)b + ahead + line, _MM_HINT_T0);
         Scales s;
-        read_scales(p, format, b, n + r, K, j, &s);
-        memcpy(mins[r] + j / 16, s.min, sizeof(float) * (per / 16));
+        read_scales(p, format, b, n + r, K, j, &s, mins[r] + j / 16);
 #pragma GCC unroll 8 /* k constant in each copy: the folds are known, the accumulators stay in registers */
         for (int k = 0; k < per / 32; k++) {
           const __m256i levels = read_levels(format, b, k);
@@ -173,8 +172,7 @@ ALWAYS_INLINE void unpack_row(const Part *p, int format, int K, int row, uint8_t
   for (int j = 0; j < K; j += per) {
     const uint8_t *b = block_at(p, format, row, j);
     Scales s;
-    read_scales(p, format, b, row, K, j, &s);
-    memcpy(mins + j / 16, s.min, sizeof(float) * (per / 16));
+    read_scales(p, format, b, row, K, j, &s, mins + j / 16);
     for (int k = 0; k < per / 32; k++) {
       _mm256_store_si256((__m256i *)(out + j + 32 * k), read_levels(format, b, k));
       _mm256_store_ps(lanes + (j + 32 * k) / 4, unit_scales(format, &s, k));
