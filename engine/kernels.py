@@ -179,8 +179,9 @@ def to_format(w: Weight, quant: str | None, dtype: torch.dtype, lookup: bool = F
 
 
 def fuse(parts: list[Weight]) -> Weight:
-    """Matrices stacked by rows (Q/K/V, gate/up), in one format: parts of mixed formats
-    (a Q4_K_M file keeps some V and down matrices in 6 bits) all become int8."""
+    """Matrices stacked by rows (Q/K/V, gate/up). A mapped GGUF's parts stay as they are, each in
+    its own type (BlockStack; the native decoder reads them so); for torch's kernels, parts of
+    mixed formats (a Q4_K_M file keeps some V and down matrices in 6 bits) all become int8."""
     kinds = {type(p) for p in parts}
     if len(kinds) > 1:
         parts = [p if isinstance(p, Int8Weight) else Int8Weight.quantize(as_dtype(p, torch.float32))

@@ -1,4 +1,4 @@
-"""The native decoder (decoder.c, matmul.c, unpack.c): built on the user's machine, called through ctypes.
+"""The native decoder (decoder.c, matmul.c, formats.h, quantize.c): built on the user's machine, called through ctypes.
 
 Every pass of a model it computes (prefill, decoding, verification) runs as one C call that
 reads the matrices in their stored formats: a GGUF file's own blocks where the file is mapped

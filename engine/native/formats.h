@@ -5,8 +5,8 @@ Every integer format fits this: Q4_0 (d, min 8d), Q4_1 (d, -m), Q5_0 (d, 16d), Q
 (levels offset by 128 where the products take unsigned levels, min 128d), Q4_K and Q5_K (d *
 sc, dmin * m per 32 columns), Q6_K (d * sc per 16, min 32 d sc), and the torch backend's INT4
 ((level - 8) * scale + zero) and INT8 (q * scale). Block layouts are ggml's; gguf-py's
-dequantizers are the tests' reference. The matrix products (matmul.c) and dequantize_row
-(quantize.c) read weights only through these functions, so every route sees the same numbers.
+dequantizers are the tests' reference. The products and dequantize_row (matmul.c) read weights
+only through these functions, so every route sees the same numbers.
 */
 #ifndef DRAFTLINE_FORMATS_H
 #define DRAFTLINE_FORMATS_H
