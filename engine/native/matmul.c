@@ -93,10 +93,12 @@ ALWAYS_INLINE void fused_tile(const Part *p, int format, int K, const Acts *a, i
 #pragma GCC unroll 8
     for (int j = j0; j < j0 + span; j += per) {
       if (j >= K) break;
+      { /* the rows lie one after another: one prefetch stream through them, as fast as they are read */
+        const uint8_t *next = p->data + (size_t)n * p->row_bytes + ahead + (size_t)(j / per) * R * block_bytes(format);
+        for (int line = 0; line < R * block_bytes(format); line += 64) _mm_prefetch((const char *)next + line, _MM_HINT_T0);
+      }
       for (int r = 0; r < R; r++) {
         const uint8_t *b = block_at(p, format, n + r, j);
-        for (int line = 0; line < block_bytes(format); line += 64)
-          _mm_prefetch((const char *)b + ahead + line, _MM_HINT_T0);
         Scales s;
         read_scales(p, format, b, n + r, K, j, &s, mins[r] + j / 16);
 #pragma GCC unroll 8 /* k constant in each copy: the folds are known, the accumulators stay in registers */
