@@ -1,4 +1,4 @@
-"""The native decoder (decoder.c, matmul.c, formats.h, quantize.c): built on the user's machine, called through ctypes.
+"""The native decoder (decoder.c, matmul.c, narrow.c, quantize.c, *.h): built on the user's machine, called via ctypes.
 
 Every pass of a model it computes (prefill, decoding, verification) runs as one C call that
 reads the matrices in their stored formats: a GGUF file's own blocks where the file is mapped
@@ -16,6 +16,7 @@ import logging
 import platform
 import shutil
 import subprocess
+import tempfile
 from functools import cache
 from pathlib import Path
 
@@ -30,7 +31,8 @@ from engine.weights import LlamaConfig
 
 log = logging.getLogger("draftline")
 
-SOURCES = [Path(__file__).with_name(name) for name in ("decoder.c", "matmul.c", "quantize.c", "formats.h", "native.h")]
+SOURCES = [Path(__file__).with_name(name)
+           for name in ("decoder.c", "matmul.c", "narrow.c", "quantize.c", "formats.h", "native.h", "product.h")]
 _ABI = 2  # decoder.c's draftline_abi(): the structs below mirror its own
 # -ffp-contract=off: a product and a sum fused in one copy of a loop and not in another would
 # round differently, and every copy of a kernel must compute alike (decoder.c).
@@ -59,11 +61,18 @@ def build(target: Path, arch: list[str]) -> ctypes.CDLL:
         raise OSError("no C compiler found")
 
     def compile_to(tmp: Path) -> None:
-        sources = [str(p) for p in SOURCES if p.suffix == ".c"]
-        result = subprocess.run([compiler, *_FLAGS, *arch, "-o", str(tmp), *sources, "-lm"],
-                                capture_output=True, text=True)
-        if result.returncode:
-            raise OSError(f"{compiler} failed: {result.stderr.strip()[:500]}")
+        sources = [p for p in SOURCES if p.suffix == ".c"]
+        with tempfile.TemporaryDirectory() as scratch:  # each source compiled on its own core
+            objects = [Path(scratch) / f"{p.stem}.o" for p in sources]
+            jobs = [subprocess.Popen([compiler, *_FLAGS, *arch, "-c", "-o", str(o), str(p)], stderr=subprocess.PIPE,
+                                     text=True) for p, o in zip(sources, objects)]
+            failed = [error for job, error in [(job, job.communicate()[1]) for job in jobs] if job.returncode]
+            if not failed:
+                linked = subprocess.run([compiler, *_FLAGS, *arch, "-o", str(tmp), *map(str, objects), "-lm"],
+                                        capture_output=True, text=True)
+                failed = [linked.stderr] if linked.returncode else []
+            if failed:
+                raise OSError(f"{compiler} failed: {' '.join(failed).strip()[:500]}")
     write_atomically(target, compile_to)
     return _load(target)
 

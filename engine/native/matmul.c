@@ -1,164 +1,14 @@
 /* Products of quantized activations (native.h's Acts, quantize.c) with matrices in their stored
-formats.
+formats (formats.h): the entry point, `matmul`, and the route of passes wider than 4 tokens.
 
-Per 32 columns (a unit) of one row and one token: an integer dot product of the 8-bit levels
-(formats.h) and activations in 8 int32 lanes of 4 columns each, converted to float and added up
-with the weights' lane scales; after each block of 4 units (128 columns: the activations'
-block), that sum is added with the block's 8 activation lane scales; at the end the weights'
-mins times the activations' sums of each 16 columns come off, and the 8 lanes are summed in a
-fixed tree. Integer sums are exact, and the float steps are the same, in the same order, for a
-(row, token) whatever the route, tile, pass width, thread or other tokens: so a token's result
-in a 13-token pass is bitwise its result in a one-token pass.
-
-Two routes, chosen by the pass width:
-- up to 4 tokens: each unit is read from the weights and multiplied with every token at once
-  (nothing is stored); a decoding pass is bound by reading the weights, so nothing else may
-  cost much. The next rows are prefetched while these are multiplied.
-- wider: a block of rows is unpacked once (levels, lane scales, mins) into scratch, and every
-  token of the pass is multiplied with it in tiles of up to ROWS rows by TOKENS tokens.
-
-The integer dot: vpdpbusd (AVX-512 VNNI, on 256-bit registers, as fast per byte as 512-bit
-ones on Zen 4) or maddubs + madd (AVX2; int8 weights are signed there, with a sign trick).
-Float formats (F32, F16, BF16) are multiplied in float32 with FMA.
+Two routes, chosen by the pass width alone, with the same arithmetic (product.h), so that a
+token's result in a 13-token pass is bitwise its result in a one-token pass:
+- up to 4 tokens: narrow.c reads each unit from the weights and multiplies it at once;
+- wider (here): a block of rows is unpacked once (levels, lane scales, mins) into scratch, and
+  every token of the pass is multiplied with it in tiles of up to ROWS rows by TOKENS tokens.
+Float formats (F32, F16, BF16) are multiplied here in float32 with FMA, for every width.
 */
-#include "formats.h"
-
-/* Tiles keep two accumulators per (row, token): the block's sum and the row's. */
-#if VNNI
-enum { ROWS = 4, TOKENS = 4, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 2 }; /* 32 registers */
-#else
-enum { ROWS = 2, TOKENS = 2, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 1 }; /* 16 registers */
-#endif
-enum { FUSED_ROWS = 4, FUSED_TOKENS = 4, BLOCK_BYTES = 192 << 10, BLOCK_UNITS = ACT_BLOCK / 32 };
-
-static int is_float(int format) { return format == F32 || format == F16 || format == BF16; }
-
-ALWAYS_INLINE __m256i dot32(__m256i levels, __m256i q, int sign) {
-#if VNNI
-  (void)sign;
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), levels, q);
-#else
-  const __m256i pairs = sign ? _mm256_maddubs_epi16(_mm256_abs_epi8(levels), _mm256_sign_epi8(q, levels))
-                             : _mm256_maddubs_epi16(levels, q);
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-#endif
-}
-
-/* part += float(dot) * weight lane scales */
-ALWAYS_INLINE __m256 step(__m256 part, __m256i dot, __m256 scales) {
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scales, part);
-}
-
-/* After the last unit of an activation block (BLOCK_UNITS units, or the row's end; u: any of them):
-   acc += part * the block's activation lane scales. */
-ALWAYS_INLINE __m256 fold(__m256 acc, __m256 part, const float *act_lanes, int u) {
-  return _mm256_fmadd_ps(part, _mm256_load_ps(act_lanes + u / BLOCK_UNITS * 8), acc);
-}
-
-ALWAYS_INLINE float sum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-/* After every unit: the mins times the activations' sums, 8 at a time; then the lanes' sum. */
-ALWAYS_INLINE float finish(__m256 acc, const float *mins, const float *sums, int S) {
-  for (int c = 0; c < S; c += 8) acc = _mm256_fnmadd_ps(_mm256_loadu_ps(mins + c), _mm256_load_ps(sums + c), acc);
-  return sum8(acc);
-}
-
-ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v; }
-
-/* ---- up to 4 tokens: rows read and multiplied unit by unit, nothing stored ---- */
-
-/* Rows n..n+R-1 against tokens 0..C-1 (token T-1 stands in for those past T; their results are
-   dropped). */
-ALWAYS_INLINE void fused_tile(const Part *p, int format, int K, const Acts *a, int T, int C, int n, int R, float *y,
-                              int ldy, int add) {
-  const int S = sums_per_row(K), L = lanes_per_row(K), per = block_columns(format), sign = signed_levels(format);
-  float mins[FUSED_ROWS][S];
-  __m256 acc[FUSED_ROWS][FUSED_TOKENS], part[FUSED_ROWS][FUSED_TOKENS];
-  int token[FUSED_TOKENS];
-  for (int t = 0; t < C; t++) token[t] = t < T ? t : T - 1;
-  for (int r = 0; r < R; r++) {
-    for (int t = 0; t < C; t++) acc[r][t] = part[r][t] = _mm256_setzero_ps();
-    for (int i = K / 16; i < S; i++) mins[r][i] = 0;
-  }
-  const size_t ahead = 2 * (size_t)R * p->row_bytes; /* the next rows: fetched while these are multiplied */
-  /* Rows interleaved block by block (independent chains for the out-of-order core); K-quant
-     blocks hold 2 activation blocks, other formats' 4 blocks make one. */
-  const int span = per > ACT_BLOCK ? per : ACT_BLOCK;
-  for (int j0 = 0; j0 < K; j0 += span) {
-#pragma GCC unroll 8
-    for (int j = j0; j < j0 + span; j += per) {
-      if (j >= K) break;
-      { /* the rows lie one after another: one prefetch stream through them, as fast as they are read */
-        const uint8_t *next = p->data + (size_t)n * p->row_bytes + ahead + (size_t)(j / per) * R * block_bytes(format);
-        for (int line = 0; line < R * block_bytes(format); line += 64) _mm_prefetch((const char *)next + line, _MM_HINT_T0);
-      }
-      for (int r = 0; r < R; r++) {
-        const uint8_t *b = block_at(p, format, n + r, j);
-        Scales s;
-        read_scales(p, format, b, n + r, K, j, &s, mins[r] + j / 16);
-#pragma GCC unroll 8 /* k constant in each copy: the folds are known, the accumulators stay in registers */
-        for (int k = 0; k < per / 32; k++) {
-          const __m256i levels = read_levels(format, b, k);
-          const __m256 scales = unit_scales(format, &s, k);
-          for (int t = 0; t < C; t++) {
-            const __m256i q = _mm256_load_si256((const __m256i *)(a->q + (size_t)token[t] * K + j + 32 * k));
-            part[r][t] = step(part[r][t], dot32(levels, q, sign), scales);
-          }
-          if (per == 256 && k % BLOCK_UNITS == BLOCK_UNITS - 1) /* an activation block ends in a K-quant block */
-            for (int t = 0; t < C; t++) {
-              acc[r][t] = fold(acc[r][t], part[r][t], a->lanes + (size_t)token[t] * L, j / 32 + k);
-              part[r][t] = _mm256_setzero_ps();
-            }
-        }
-      }
-    }
-    if (per != 256) /* the activation block of these blocks ends */
-      for (int r = 0; r < R; r++)
-        for (int t = 0; t < C; t++) {
-          acc[r][t] = fold(acc[r][t], part[r][t], a->lanes + (size_t)token[t] * L, j0 / 32);
-          part[r][t] = _mm256_setzero_ps();
-        }
-  }
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C && t < T; t++)
-      put(y + (size_t)t * ldy + n + r, finish(acc[r][t], mins[r], a->sums + (size_t)t * S, S), add);
-}
-
-/* Each format gets its own copy of fused_tile, with the format a constant. */
-#define BY_FORMAT(CALL)                                                                            \
-  switch (p->format) {                                                                             \
-    case Q4_0: CALL(Q4_0); break; case Q4_1: CALL(Q4_1); break; case Q5_0: CALL(Q5_0); break;      \
-    case Q5_1: CALL(Q5_1); break; case Q8_0: CALL(Q8_0); break; case Q4_K: CALL(Q4_K); break;      \
-    case Q5_K: CALL(Q5_K); break; case Q6_K: CALL(Q6_K); break; case INT4: CALL(INT4); break;      \
-    default: CALL(INT8); break;                                                                    \
-  }
-
-/* Rows n0..n1 in tiles of rows by all T <= 4 tokens; returns where it stopped (the rows left
-   over, fewer than a tile, go to the block route). */
-static int fused(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add) {
-  int n = n0;
-  if (T == 1)
-    for (; n + FUSED_ROWS_1 <= n1; n += FUSED_ROWS_1) {
-#define FUSED_1(F) fused_tile(p, F, K, a, 1, 1, n, FUSED_ROWS_1, y, ldy, add)
-      BY_FORMAT(FUSED_1)
-    }
-  else if (T == 2)
-    for (; n + FUSED_ROWS_2 <= n1; n += FUSED_ROWS_2) {
-#define FUSED_2(F) fused_tile(p, F, K, a, 2, 2, n, FUSED_ROWS_2, y, ldy, add)
-      BY_FORMAT(FUSED_2)
-    }
-  else
-    for (; n + FUSED_ROWS_4 <= n1; n += FUSED_ROWS_4) {
-#define FUSED_4(F) fused_tile(p, F, K, a, T, 4, n, FUSED_ROWS_4, y, ldy, add)
-      BY_FORMAT(FUSED_4)
-    }
-  return n;
-}
+#include "product.h"
 
 /* ---- wider passes: a block of rows unpacked once, then tiles ---- */
 
@@ -322,7 +172,7 @@ void matmul(const Matrix *w, const Acts *x, int T, float *y, int ldy, int n0, in
     const Part *p = &w->parts[i];
     const int a = n0 > base ? n0 : base, b = n1 < base + p->rows ? n1 : base + p->rows;
     int done = a - base;
-    if (a < b && T <= FUSED_TOKENS && !is_float(p->format)) done = fused(p, w->cols, x, T, y + base, ldy, done, b - base, add);
+    if (a < b && T <= FUSED_TOKENS && !is_float(p->format)) done = narrow_rows(p, w->cols, x, T, y + base, ldy, done, b - base, add);
     if (done < b - base) blocks(p, w->cols, x, T, y + base, ldy, done, b - base, add, scratch);
     base += p->rows;
   }
