@@ -16,7 +16,7 @@ from engine.stats import Stats
 # Decoding modes: ar (plain), lookup (prompt lookup drafts), draft (a draft model), hybrid (both).
 MODES = ("ar", "lookup", "draft", "hybrid")
 # Weights formats (engine/models.py maps them to torch dtypes); backends that run a model.
-DTYPES = ("int4", "int8", "bf16", "fp16", "fp32")
+DTYPES = ("gguf", "int4", "int8", "bf16", "fp16", "fp32")
 BACKENDS = ("auto", "torch", "exllamav2")
 # Why a generation ended (Stats.stop_reason), the same for every engine.
 STOP_REASONS = ("eos", "max_tokens", "stop", "cancelled")

@@ -14,6 +14,12 @@
 
 Measuring takes a few seconds, so the result is kept per machine, model and dtype in the
 user's cache directory; later starts only warm the pass shapes up.
+
+A model the native decoder runs (engine/native/) has nothing to choose but thread counts: C
+runs every pass, prefill included, in the stored format (no copies: a prefill computes each
+token bitwise as decoding does), and needs no warm-up. Its calibration is two passes from an
+empty cache (one token, max_width tokens), a fraction of a second even for a 1.5B model, so a
+first start stays short.
 """
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ from engine.user_cache import cache_dir, write_atomically
 
 log = logging.getLogger("draftline")
 
-FORMAT = 4  # bump when what is measured changes
+FORMAT = 5  # bump when what is measured changes
 _CONTEXT = 256  # cache length the pass costs are measured at
 # A decoding pass through the copy rounds differently from the one-token passes of plain
 # decoding, so speculative output may then differ from it at near-ties (identical_to_ar in
@@ -75,13 +81,15 @@ def _median_time(run, repeats: int) -> float:
     return sorted(times)[repeats // 2]
 
 
-def measure_pass_costs(backend: Backend, max_width: int, repeats: int = 3) -> list[float]:
+def measure_pass_costs(backend: Backend, max_width: int, repeats: int = 3,
+                       widths: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 24), context: int = _CONTEXT) -> list[float]:
     """Seconds per pass for widths 0..max_width (index = tokens in the pass; [0] is unused),
-    measured at a few widths over a _CONTEXT-token cache and interpolated linearly."""
-    widths = sorted({1, 2, 4, 8, 12, 16, 24, max_width} & set(range(1, max_width + 1)))
-    context = min(_CONTEXT, backend.max_len - max_width)
+    measured at a few widths over a `context`-token cache and interpolated linearly."""
+    widths = sorted({*widths, max_width} & set(range(1, max_width + 1)))
+    context = min(context, backend.max_len - max_width)
     backend.truncate(0)
-    backend.forward([0] * context, logits=False)
+    if context:
+        backend.forward([0] * context, logits=False)
 
     def one(width: int) -> None:
         backend.truncate(context)
@@ -109,8 +117,40 @@ def time_prefill_kernels(backend, candidates: tuple[str, ...], width: int = 128)
     return rates
 
 
+# A native model's one-token pass shorter than this may be faster on one thread than on all:
+# only then are both measured.
+_SHORT_PASS = 0.02
+
+
+def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
+    """Pass costs of a model the native decoder runs, from an empty cache: a one-token pass and
+    a max_width one, once each, on all threads, and on one thread too where a one-token pass is
+    short; the widths between are interpolated. The prefill rate is estimated from the widest
+    pass (a prefill multiplies in the same tiles; its unpacking is shared by more tokens, so this
+    errs low)."""
+    threads = [max_threads]
+    costs = {}
+    for n in [max_threads, 1]:
+        torch.set_num_threads(n)
+        backend.threads_by_width = None
+        costs[n] = measure_pass_costs(backend, max_width, repeats=1, widths=(1,), context=0)
+        if n == max_threads and (max_threads == 1 or costs[n][1] >= _SHORT_PASS):
+            break
+        threads = sorted(costs)
+    torch.set_num_threads(max_threads)
+    best = [min(threads, key=lambda n: costs[n][w]) for w in range(max_width + 1)]
+    cal = Calibration(pass_cost=[costs[n][w] for w, n in enumerate(best)],
+                      prefill_tokens_per_s=max_width / min(costs[n][max_width] for n in threads),
+                      kernel_tokens_per_s={}, threads_by_width=best + [max_threads],
+                      kernel_by_width=["native"] * (max_width + 1))
+    cal.apply(backend)
+    return cal
+
+
 def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
     """Everything `Calibration` holds, measured now (a few seconds)."""
+    if getattr(backend, "native", None) is not None:
+        return measure_native(backend, max_width, max_threads)
     torch.set_num_threads(max_threads)
     cal = Calibration(pass_cost=[], prefill_tokens_per_s=0.0)
     if hasattr(backend, "use_prefill_kernel"):
@@ -174,7 +214,8 @@ def load_or_measure(backend: Backend, max_width: int, max_threads: int, key: str
         if len(cal.pass_cost) == max_width + 1:
             cal.apply(backend)
             torch.set_num_threads(max_threads)
-            warm_up(backend, max_width)
+            if getattr(backend, "native", None) is None:  # C passes have nothing to set up
+                warm_up(backend, max_width)
             return cal
     except (OSError, ValueError, TypeError):
         pass  # absent or unreadable: measure again

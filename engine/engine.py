@@ -50,10 +50,16 @@ class Engine:
 
     @classmethod
     def load(cls, model: str = DEFAULT, draft: str | None = None, dtype: str | None = None,
-             backend: str = "auto", threads: int | None = None, max_len: int = 4096) -> Engine:
+             backend: str = "auto", threads: int | None = None, max_len: int = 4096,
+             copy_budget: float = 0.25) -> Engine:
+        """copy_budget: the most of the machine's available memory that resident bf16/fp32
+        copies of the matrices may take, where the torch kernels run a model and a copy
+        measured faster (the native decoder never makes one)."""
         max_threads = set_threads(threads)
         dtype = resolve_dtype(dtype, model)
         target, tokenizer = load_model(model, dtype, backend, max_len)
+        if hasattr(target, "copy_budget"):
+            target.copy_budget = copy_budget
         drafter = _load_drafter(draft, target, tokenizer, dtype, max_len)
         calibration = load_or_measure(target, cls.K_MAX + 1, max_threads,
                                       _calibration_key(model, target, max_threads))
@@ -70,6 +76,17 @@ class Engine:
     @property
     def max_len(self) -> int:
         return self.target.max_len
+
+    def memory(self) -> dict[str, int]:
+        """Bytes by use (TorchLlama.memory: weights_mapped, weights_held, copies, kv_cache,
+        scratch), the draft model's included; {} for a backend that does not say."""
+        backends = [self.target] + ([self.draft.backend] if self.draft is not None else [])
+        total: dict[str, int] = {}
+        counted: set[int] = set()  # an embedded draft shares the target's embedding
+        for backend in backends:
+            for use, size in (backend.memory(counted) if hasattr(backend, "memory") else {}).items():
+                total[use] = total.get(use, 0) + size
+        return total
 
     @property
     def documents(self) -> int:
@@ -169,10 +186,13 @@ def _draft_pass_cost(draft: Backend, max_threads: int) -> float:
     with (kept for it): its shape is not the target's, so the target's choice may not suit it."""
     if not hasattr(draft, "threads_by_width"):
         return measure_pass_costs(draft, 1)[1]
+    # C passes need no cache behind them to be timed fairly (no kernel set-up to amortize)
+    context = 0 if getattr(draft, "native", None) is not None else None
     costs = {}
     for threads in sorted({1, max_threads}):
         draft.threads_by_width = [threads]
-        costs[threads] = measure_pass_costs(draft, 1)[1]
+        costs[threads] = (measure_pass_costs(draft, 1) if context is None
+                          else measure_pass_costs(draft, 1, context=context))[1]
     draft.threads_by_width = [min(costs, key=costs.get)]
     return min(costs.values())
 

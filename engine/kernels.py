@@ -16,10 +16,14 @@ the one-token passes rounds differently (see docs/bench.md on identical_to_ar).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from engine.formats.gguf_blocks import BlockMatrix, BlockStack
 
 
 @dataclass
@@ -152,10 +156,12 @@ class Int4Weight:
         return self.shape.numel() // 2 + (self.scale.numel() + self.zero.numel()) * 2
 
 
-Weight = torch.Tensor | Int8Weight | Int4Weight
-QUANTIZED = (Int8Weight, Int4Weight)
+Weight = torch.Tensor | Int8Weight | Int4Weight | BlockMatrix | BlockStack
+QUANTIZED = (Int8Weight, Int4Weight, BlockMatrix, BlockStack)
 
-QUANT = ("int8", "int4")  # the weight-only formats (activations bf16)
+# The quantized formats: weight-only int8 and int4 (activations bf16), and a GGUF's own blocks
+# where the file is mapped (engine/formats/gguf_blocks.py; the native decoder computes them).
+QUANT = ("int8", "int4", "gguf")
 
 
 def to_format(w: Weight, quant: str | None, dtype: torch.dtype, lookup: bool = False) -> Weight:
@@ -173,8 +179,9 @@ def to_format(w: Weight, quant: str | None, dtype: torch.dtype, lookup: bool = F
 
 
 def fuse(parts: list[Weight]) -> Weight:
-    """Matrices stacked by rows (Q/K/V, gate/up), in one format: parts of mixed formats
-    (a Q4_K_M file keeps some V and down matrices in 6 bits) all become int8."""
+    """Matrices stacked by rows (Q/K/V, gate/up). A mapped GGUF's parts stay as they are, each in
+    its own type (BlockStack; the native decoder reads them so); for torch's kernels, parts of
+    mixed formats (a Q4_K_M file keeps some V and down matrices in 6 bits) all become int8."""
     kinds = {type(p) for p in parts}
     if len(kinds) > 1:
         parts = [p if isinstance(p, Int8Weight) else Int8Weight.quantize(as_dtype(p, torch.float32))
@@ -250,6 +257,17 @@ def int8_product(x: torch.Tensor, w: Int8Weight) -> torch.Tensor:
 
 def as_dtype(w: Weight, dtype: torch.dtype) -> torch.Tensor:
     return w.dequantize(dtype) if isinstance(w, QUANTIZED) else w.to(dtype)
+
+
+def available_memory() -> int:
+    """Bytes the kernel says can be allocated without swapping (MemAvailable), else all of it."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def weight_nbytes(w: Weight) -> int:

@@ -20,8 +20,9 @@ from engine.weights import load_weights
 log = logging.getLogger("draftline")
 
 # int8, int4: weight-only quantized matrices with bf16 activations (CPU; engine/kernels.py).
+# gguf: a GGUF file's own blocks where it is mapped, computed by the native decoder.
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int8": torch.bfloat16,
-          "int4": torch.bfloat16}
+          "int4": torch.bfloat16, "gguf": torch.bfloat16}
 
 
 def resolve(spec: str | Path) -> Path:
@@ -31,20 +32,22 @@ def resolve(spec: str | Path) -> Path:
 
 
 def default_dtype(device: str = "cpu", path: Path | None = None) -> str:
-    """The fastest dtype measured for the device (docs/bench.md).
+    """The fastest dtype measured for the device (docs/bench.md, docs/native.md).
 
-    On a CPU: a GGUF whose layers are stored in 4 bits (Q4_0, Q4_1, Q4_K) is computed in them
-    (int4): a one-token pass reads the fewest bytes, 26 vs 33 ms for the embedded model here,
-    and the model is the file's own rather than a re-quantized copy. Anything else is int8:
-    one-token passes read half the bytes of bf16 (1.016 vs 1.014 bits/byte). Both kernels
-    compute each row of a pass on its own, so lookup output matches plain greedy output."""
+    On a CPU: a GGUF file the native decoder computes is read where it is mapped and computed
+    in its own blocks (gguf): nothing to convert at start-up, no memory beyond the file's
+    pages, and one-token passes read the fewest bytes. Elsewhere (no C compiler, a CPU without
+    AVX2, a family or tensor type it does not compute) a GGUF whose layers are stored in 4 bits
+    (Q4_0, Q4_1, Q4_K) is computed in them (int4), and anything else is int8: one-token passes
+    read half the bytes of bf16. Every kernel computes each row of a pass on its own, so lookup
+    output matches plain greedy output."""
     if device == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     if path is not None and path.suffix == ".gguf" and path.is_file():
-        from engine.formats.gguf import stored_in_4_bits
+        from engine.formats.gguf import runs_mapped, stored_in_4_bits
 
         try:
-            return "int4" if stored_in_4_bits(path) else "int8"
+            return "gguf" if runs_mapped(path) else "int4" if stored_in_4_bits(path) else "int8"
         except ModelLoadError:
             return "int8"  # loading it will say what is wrong
     return "int8"
@@ -58,6 +61,12 @@ def resolve_dtype(dtype: str | None, model: str | Path | None = None) -> str:
         return dtype
     return default_dtype("cuda" if torch.cuda.is_available() else "cpu",
                          None if model is None else resolve(model))
+
+
+def _runs_mapped(path: Path) -> bool:
+    from engine.formats.gguf import runs_mapped
+
+    return path.suffix == ".gguf" and path.is_file() and runs_mapped(path)
 
 
 def choose_backend(requested: str, path: Path) -> str:
@@ -91,8 +100,16 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
     from engine.backends.torch_llama import TorchLlama
 
     tokenizer = load_tokenizer(path)  # first: an unsupported vocabulary fails before any tensor is read
+    if dtype == "gguf" and (device != "cpu" or not _runs_mapped(path)):
+        dtype = default_dtype(device, path)
+        log.info("%s: the native decoder cannot compute it in place; using %s", path.name, dtype)
     quant = dtype if dtype in QUANT else None
-    weights = weight_cache.load(path, dtype)
+    if dtype == "gguf":  # the file's own blocks, where it is mapped: nothing to convert or keep
+        from engine.formats.gguf import map_gguf
+
+        weights = map_gguf(path)
+    else:
+        weights = weight_cache.load(path, dtype)
     if weights is None:  # first start with this file: convert, and keep the result
         weights = weight_cache.convert(load_weights(path, four_bit=quant == "int4"), DTYPES[dtype], quant)
         weight_cache.save(weights, path, dtype)

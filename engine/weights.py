@@ -70,6 +70,9 @@ class LoadedWeights:
     config: LlamaConfig
     tensors: Mapping[str, torch.Tensor]  # canonical names (engine/architectures.py), maybe lazy
     source: Path
+    # Q/K rows in llama.cpp's interleaved order (a mapped GGUF of the llama family): rotary
+    # turns adjacent pairs instead of halves (engine/formats/gguf.py map_gguf)
+    rotary_pairs: bool = False
 
 
 def load_weights(path: Path, four_bit: bool = False) -> LoadedWeights:

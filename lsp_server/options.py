@@ -69,11 +69,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("draft", str, None, "draft model sharing the target's tokenizer: a name, a path, or embedded "
            "(the one-layer draft of smollm2-135m)",
            nullable=True, flag=True, reloads=True),
-    # Weights format; null picks the fastest measured for the device: on a CPU int4 for a
-    # GGUF stored in 4 bits (computed in the file's own blocks), else int8; bf16 or fp16 on
-    # a GPU. fp32 is the exact mode the tests use.
-    Option("dtype", str, None, "weights: int4, int8, bf16, fp16, fp32 (null: on a CPU int4 for a 4-bit GGUF, "
-           "else int8; bf16/fp16 on a GPU)",
+    # Weights format; null picks the fastest measured for the device: on a CPU gguf (a GGUF
+    # file's own blocks where it is mapped, engine/native/) where the native decoder runs the
+    # file, else int4 for a GGUF stored in 4 bits, else int8; bf16 or fp16 on a GPU. fp32 is
+    # the exact mode the tests use.
+    Option("dtype", str, None, "weights: gguf, int4, int8, bf16, fp16, fp32 (null: on a CPU gguf where the "
+           "native decoder runs the file, else int4 for a 4-bit GGUF, else int8; bf16/fp16 on a GPU)",
            choices=(None, *sorted(DTYPES)), nullable=True, flag=True, reloads=True),
     # A shared server speaking OpenAI's /v1/completions (vLLM, SGLang, llama-server, Ollama,
     # LM Studio, TGI), e.g. http://gpu-box:8000/v1. Set, the model runs there and `model` is the

@@ -1,7 +1,7 @@
 """A synthetic Q4_K_M GGUF with the real shapes of a 7B code model, to measure loading memory.
 
     python scripts/synthetic_gguf.py write /tmp/qwen7b.gguf --shape qwen2.5-coder-7b
-    /usr/bin/time -v python scripts/synthetic_gguf.py load /tmp/qwen7b.gguf --dtype int8
+    /usr/bin/time -v python scripts/synthetic_gguf.py load /tmp/qwen7b.gguf [--dtype gguf|int4|int8]
 
 The blocks are random (with sane scales), so the model computes nonsense; what matters is that
 every tensor has the size and quantization type of the real file (Q4_K, with Q6_K for the output
@@ -96,15 +96,17 @@ def load(path: Path, dtype: str) -> None:
     import torch
 
     from engine.backends.torch_llama import TorchLlama
+    from engine.formats.gguf import map_gguf
+    from engine.kernels import QUANT
     from engine.models import DTYPES
     from engine.weights import load_weights
 
     torch.set_num_threads(2)
     base = _rss_mb()
     start = time.perf_counter()
-    weights = load_weights(path, four_bit=dtype == "int4")
+    weights = map_gguf(path) if dtype == "gguf" else load_weights(path, four_bit=dtype == "int4")
     header = time.perf_counter() - start
-    model = TorchLlama(weights, DTYPES[dtype], max_len=512, quant=dtype if dtype in ("int8", "int4") else None)
+    model = TorchLlama(weights, DTYPES[dtype], max_len=512, quant=dtype if dtype in QUANT else None)
     loaded = time.perf_counter() - start
     logits = model.forward([1, 2, 3])
     model.release_plain_layouts()  # as calibration does once it keeps the stored format (no copy)
@@ -117,7 +119,8 @@ def load(path: Path, dtype: str) -> None:
             model.forward(list(range(4, 4 + width)))
             times.append(time.perf_counter() - started)
         passes[width] = min(times) * 1e3
-    final_mb = (model.weight_bytes + 2 * model.k_cache.numel() * model.k_cache.element_size()) / 2**20
+    memory = model.memory()
+    final_mb = (model.weight_bytes + memory["kv_cache"]) / 2**20
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     sys.stdout.write(
         f"{path.name} as {dtype}: header {header:.2f} s, loaded in {loaded:.1f} s; weights + KV cache "
@@ -135,7 +138,7 @@ def main() -> None:
     w.add_argument("--shape", choices=SHAPES, default="qwen2.5-coder-7b")
     lo = sub.add_parser("load")
     lo.add_argument("path", type=Path)
-    lo.add_argument("--dtype", default="int8", choices=("int8", "int4", "bf16", "fp32"))
+    lo.add_argument("--dtype", default="gguf", choices=("gguf", "int8", "int4", "bf16", "fp32"))
     args = parser.parse_args()
     if args.command == "write":
         write(args.path, args.shape)

@@ -29,8 +29,12 @@ def private_cache(tmp_path, monkeypatch):
 
 
 def int8_model() -> TorchLlama:
-    return TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16,
-                      max_len=256, quant="int8")
+    """An int8 model run by the torch kernels (as where the native decoder cannot run): the
+    kernels whose prefill and copies calibration chooses."""
+    model = TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16,
+                       max_len=256, quant="int8")
+    model.native = None
+    return model
 
 
 def next_logits(model: TorchLlama, kernel: str, prompt: list[int], copy: bool = True) -> torch.Tensor:
@@ -112,6 +116,26 @@ def test_an_int4_model_prefilling_natively_keeps_only_the_packed_layout(monkeypa
     assert all(layer.w_down.q is None for layer in model.layers) and model.embed.q is not None
     model.truncate(0)
     assert torch.equal(model.forward(prompt), want)
+
+
+def test_a_natively_run_model_is_calibrated_in_a_few_passes_without_copies(monkeypatch):
+    """The native decoder runs every pass, prefill included: no kernel to choose, no copy to
+    make, no warm-up; only pass costs (1 and max_width tokens from an empty cache, one pass
+    each) and the thread count per width, on one thread too where passes are short."""
+    model = TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16, max_len=256, quant="int8")
+    assert model.native is not None
+    widths = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda tokens, **kw: widths.append(len(tokens)) or forward(tokens, **kw))
+    use = model.use_prefill_kernel
+    monkeypatch.setattr(model, "use_prefill_kernel",
+                        lambda kernel, **kw: use(kernel) if kernel == "native" else pytest.fail(f"{kernel} was tried"))
+    cal = calibrate.measure(model, max_width=6, max_threads=2)
+    assert sorted(widths) == [1, 1, 6, 6]  # 1 and 6 tokens, on 2 threads and (a short pass) on 1
+    assert len(cal.pass_cost) == 7 and all(c > 0 for c in cal.pass_cost[1:])
+    assert cal.kernel_by_width == ["native"] * 7 and cal.copy_kernel is None
+    assert model.threads_by_width == cal.threads_by_width and set(cal.threads_by_width) <= {1, 2}
+    assert cal.prefill_tokens_per_s == pytest.approx(6 / cal.pass_cost[6])
 
 
 def test_calibration_is_kept_and_a_corrupt_file_is_measured_again(monkeypatch, tmp_path):

@@ -35,7 +35,7 @@ def pair() -> Engine:
 
 def test_the_default_model_is_the_real_one_and_loads_from_its_blocks(pair):
     described = pair.describe()
-    assert described["dtype"] == "int4" and described["native_decoder"]
+    assert described["dtype"] == "gguf" and described["native_decoder"]  # the file's own blocks, mapped
     assert pair.tokenizer.fim is not None  # a code model with fill-in-the-middle
     assert set(pair.modes) == {"ar", "lookup", "draft", "hybrid"}
 

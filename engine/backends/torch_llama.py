@@ -4,14 +4,14 @@ Rotary embeddings (with rope scaling, engine/rope.py), grouped-query attention, 
 head; what differs between families (RMSNorm or LayerNorm, SwiGLU or GELU MLP, biases, q/k
 norm) comes from engine/architectures.py. Q/K/V and gate/up are fused into one matmul each:
 on a CPU most of a one-token pass is per-op overhead. Runs on the CPU, or on CUDA when asked.
-On a CPU the passes of an int4/int8 model run in C where they can (engine/native/): this
-module then holds the weights and the KV cache, and runs the other kernels' passes.
+On a CPU the passes of a quantized model run in C where they can (engine/native/): this module
+then holds the weights (a mapped GGUF's own blocks with quant "gguf", or int4/int8) and the KV
+cache, and runs the other kernels' passes.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 import dataclasses
-import os
 import time
 from dataclasses import dataclass
 
@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from engine.architectures import FAMILIES
 from engine.backends.base import Backend
 from engine.errors import EngineError
-from engine.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, compute_dtype, fuse, int8_product, linear,
-                            to_format, weight_nbytes)
+from engine.formats.gguf_blocks import BlockMatrix, BlockStack
+from engine.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, available_memory, compute_dtype, fuse,
+                            int8_product, linear, to_format, weight_nbytes)
 from engine.native import decoder_for
 from engine.rope import rope_tables
 from engine.weights import LlamaConfig, LoadedWeights
@@ -84,6 +85,11 @@ def tree_mask(parents: Sequence[int]) -> torch.Tensor:
     return mask
 
 
+def _mapped(w: Weight) -> bool:
+    parts = w.parts if isinstance(w, BlockStack) else [w]
+    return all(isinstance(p, BlockMatrix) and p.mapped for p in parts)
+
+
 class TorchLlama(Backend):
     supports_tree = True
 
@@ -92,7 +98,9 @@ class TorchLlama(Backend):
                  quant: str | None = None):
         """head_rows: keep only these rows of the output head (a draft model's reduced
         vocabulary); the logits of every other token are -inf. quant: "int8" or "int4"
-        weight-only matrices with bf16 activations (CPU only; engine/kernels.py)."""
+        weight-only matrices with bf16 activations (CPU only; engine/kernels.py), or "gguf":
+        a mapped GGUF's own blocks (engine/formats/gguf_blocks.py), which only the native
+        decoder computes."""
         super().__init__()
         c: LlamaConfig = weights.config
         t = weights.tensors
@@ -117,14 +125,20 @@ class TorchLlama(Backend):
         # its dtype when it fits (copy_kernel names it), else dequantizes them per pass.
         self.prefill_kernel = "native"
         self.copy_kernel: str | None = None
+        # most of the machine's available memory (measured when a copy is made) that a
+        # resident copy may take; Engine.load sets it
+        self.copy_budget = 0.25
         self._copy_layers: list[_Layer] | None = None
         self._copy_head: torch.Tensor | None = None
         # The final normed hidden state of every cached position, once `record_features` is
         # called: a feature-conditioned draft (engine/drafters/feature_draft.py) reads them.
         self.features: torch.Tensor | None = None
 
+        # a mapped GGUF's vectors stay float32, as the file has them (only C reads them)
+        vector_dtype = torch.float32 if quant == "gguf" else self.dtype
+
         def cast(w: Weight) -> Weight:
-            return w if isinstance(w, QUANTIZED) else w.to(device=self.device, dtype=self.dtype).contiguous()
+            return w if isinstance(w, QUANTIZED) else w.to(device=self.device, dtype=vector_dtype).contiguous()
 
         def matrix(w: Weight, lookup: bool = False) -> Weight:
             return cast(to_format(w, quant, self.dtype, lookup))
@@ -170,20 +184,23 @@ class TorchLlama(Backend):
             ))
         hd = c.dim_per_head
         shape = (c.n_layers, c.n_kv_heads, self.max_len, hd)
-        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        # empty, not zeros: only positions written are read, and untouched pages cost no memory
+        self.k_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
+        self.v_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
         cos, sin = rope_tables(self.max_len, hd, c.rope_theta, c.rope_scaling)
         self.cos = cos.to(device=self.device, dtype=self.dtype)
         self.sin = sin.to(device=self.device, dtype=self.dtype)
-        # The passes of an int4/int8 model run in C where they can (engine/native/).
+        self.rotary_pairs = weights.rotary_pairs  # only the native decoder rotates pairs
+        # The passes of a quantized model run in C where they can (engine/native/).
         self.native = decoder_for(self) if quant else None
+        if self.native is None and (quant == "gguf" or self.rotary_pairs):
+            raise EngineError("a mapped GGUF needs the native decoder (a C compiler and an x86-64 CPU with AVX2)")
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes read from memory per pass (for the achieved-bandwidth figure)."""
-        head_shared = self.config.tie_embeddings and self.head_rows is None  # the embedding or a prefix of it
-        tensors = [self.embed, self.norm] + ([] if head_shared else [self.head])
-        tensors += [] if self.norm_bias is None else [self.norm_bias]
+        """Bytes read from memory per pass (for the achieved-bandwidth figure): the head (the
+        embedding itself where tied) and every layer; an untied embedding is only looked up."""
+        tensors = [self.head, self.norm] + ([] if self.norm_bias is None else [self.norm_bias])
         for layer in self.layers:
             tensors += [w for w in vars(layer).values() if w is not None]
         return sum(weight_nbytes(w) for w in tensors)
@@ -194,14 +211,42 @@ class TorchLlama(Backend):
             self.features = torch.zeros(self.max_len, self.config.hidden_size, dtype=self.dtype,
                                         device=self.device)
 
+    def memory(self, counted: set[int] | None = None) -> dict[str, int]:
+        """Bytes by use: weights left in a mapped GGUF's pages (shared with the page cache,
+        resident as they are read), weights held in process memory, resident copies for other
+        kernels, the KV cache (allocated; its pages count once written) and scratch (the native
+        decoder's vectors and tables and its largest pass so far, recorded features). Weights
+        whose id is in `counted` (another model's, shared) are skipped; ours are added to it."""
+        counted = set() if counted is None else counted
+        heads = [] if self.config.tie_embeddings and self.head_rows is None else [self.head]
+        tensors = [self.embed, self.norm, self.norm_bias] + heads
+        tensors += [w for layer in self.layers for w in vars(layer).values()]
+        weights = list({id(w): w for w in tensors if w is not None and id(w) not in counted}.values())
+        counted.update(id(w) for w in weights)
+        copies = 0
+        if self._copy_layers is not None:
+            copies = sum(weight_nbytes(getattr(layer, m)) for layer in self._copy_layers
+                         for m in ("wqkv", "wo", "w_gate_up", "w_down")) + weight_nbytes(self._copy_head)
+        scratch = 0 if self.native is None else self.native.own_bytes + self.native.scratch_bytes
+        scratch += 0 if self.features is None else weight_nbytes(self.features)
+        return {"weights_mapped": sum(weight_nbytes(w) for w in weights if _mapped(w)),
+                "weights_held": sum(weight_nbytes(w) for w in weights if not _mapped(w)),
+                "copies": copies, "kv_cache": weight_nbytes(self.k_cache) + weight_nbytes(self.v_cache),
+                "scratch": scratch}
+
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
                 logits: bool = True) -> torch.Tensor | None:
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
+        if isinstance(self.embed, BlockMatrix):  # the file's values, not rounded to bf16
+            return self.forward_hidden(self.embed.rows(ids), tokens, parents, logits)
         return self.forward_hidden(self.embed_tokens(ids), tokens, parents, logits)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.embed.embed(ids) if isinstance(self.embed, QUANTIZED) else self.embed[ids]
+        """Input vectors in the model's dtype (what a feature draft concatenates them with)."""
+        if isinstance(self.embed, QUANTIZED):
+            return self.embed.embed(ids).to(self.dtype)
+        return self.embed[ids]
 
     @torch.inference_mode()
     def forward_hidden(self, x: torch.Tensor, tokens: Sequence[int],
@@ -248,8 +293,7 @@ class TorchLlama(Backend):
         matrices = ("wqkv", "wo", "w_gate_up", "w_down")
         size = (self.head.shape.numel() + sum(getattr(layer, m).shape.numel() for layer in self.layers
                                               for m in matrices)) * dtype.itemsize
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        if not allow_copy or size > min(3 * self.weight_bytes, memory // 4):
+        if not allow_copy or size > min(3 * self.weight_bytes, available_memory() * self.copy_budget):
             return False
         self._copy_layers = [dataclasses.replace(layer, **{m: as_dtype(getattr(layer, m), dtype)
                                                            for m in matrices})
@@ -358,7 +402,9 @@ class TorchLlama(Backend):
 
     def head_logits(self, features: torch.Tensor, kernel: str = "native") -> torch.Tensor:
         """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""
-        if kernel == self.copy_kernel:
+        if kernel == "native" and self.native is not None:
+            out = self.native.head_logits(features, self.head)
+        elif kernel == self.copy_kernel:
             out = linear(features.to(self._copy_head.dtype), self._copy_head).float()
         elif isinstance(self.head, Int8Weight):
             out = int8_product(features, self.head)

@@ -1,11 +1,15 @@
 """GGUF files (llama.cpp): any tensor type gguf-py can dequantize, K-quants included.
 
-Tensors are read with plain file reads, not through a memory map, so pages of the file do
-not stay resident and count against the process; quantized tensors are dequantized
-in row chunks, so numpy's temporaries stay small even for a 150k-row output head.
+Two ways in:
+- `map_gguf`: where the native decoder runs the file (engine/native/), its matrices stay in
+  their blocks where the file is mapped (engine/formats/gguf_blocks.py): nothing is converted,
+  and the weights' memory is the file's pages, shared with the page cache.
+- `open_gguf`: tensors read with plain file reads and dequantized (in row chunks, so numpy's
+  temporaries stay small even for a 150k-row output head), for the torch kernels.
 """
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +17,7 @@ import torch
 
 from engine.architectures import FAMILIES, GGUF_ARCHITECTURES
 from engine.errors import ModelLoadError
+from engine.formats.gguf_blocks import NATIVE_TYPES, BlockMatrix
 from engine.formats.gguf_header import Header, TensorInfo, read_header
 from engine.formats.gguf_int4 import FOUR_BIT, read_int4
 from engine.kernels import QUANTIZED, Int8Weight, Weight
@@ -51,6 +56,71 @@ def open_gguf(path: Path, four_bit: bool = False) -> LoadedWeights:
         return w
 
     return LoadedWeights(config, LazyTensors(list(plan), read), path)
+
+
+_MADV_POPULATE_READ = 22  # Linux 5.14+: map a range's pages now (mmap has no name for it yet)
+
+
+def _populate(mapped: mmap.mmap, tensors: list[TensorInfo]) -> None:
+    """Map the pages of these tensors now, in a few calls over the ranges they cover, so that
+    the first pass does not fault them in one by one; older kernels get a read-ahead hint."""
+    ranges: list[list[int]] = []
+    for t in sorted(tensors, key=lambda t: t.offset):
+        start = t.offset // mmap.PAGESIZE * mmap.PAGESIZE
+        if ranges and start <= ranges[-1][1] + (1 << 20):
+            ranges[-1][1] = max(ranges[-1][1], t.offset + t.nbytes)
+        else:
+            ranges.append([start, t.offset + t.nbytes])
+    for start, end in ranges:
+        try:
+            mapped.madvise(_MADV_POPULATE_READ, start, end - start)
+        except OSError:
+            mapped.madvise(mmap.MADV_WILLNEED, start, end - start)
+
+
+def map_gguf(path: Path) -> LoadedWeights:
+    """The file's matrices as BlockMatrix views of one read-only mapping of it (the pages every
+    pass reads mapped now), its vectors as float32.
+    Q/K rows stay in the file's order: for the families llama.cpp permutes, the native decoder
+    rotates adjacent pairs (LoadedWeights.rotary_pairs)."""
+    header = read_header(path)
+    config = _config(header, path)
+    plan = plan_tensors(config, "gguf", {name: t.shape for name, t in header.tensors.items()},
+                        lambda name: name == _ROPE_FREQS, path)
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    # Every pass reads all but an untied embedding, which only gives the rows looked up.
+    _populate(mapped, [header.tensors[name] for canonical, name in plan.items()
+                       if canonical != "embed" or config.tie_embeddings])
+    raw = np.frombuffer(mapped, dtype=np.uint8)
+    tensors: dict[str, Weight] = {}
+    for canonical, name in plan.items():
+        info = header.tensors[name]
+        if len(info.shape) == 2:
+            rows = raw[info.offset:info.offset + info.nbytes].reshape(info.shape[0], -1)
+            tensors[canonical] = BlockMatrix(info.ggml_type, rows, info.shape[1])
+        else:
+            tensors[canonical] = _read_tensor(path, info).float()
+    return LoadedWeights(config, tensors, path, rotary_pairs=FAMILIES[config.family].gguf_permuted_qk)
+
+
+def runs_mapped(path: Path) -> bool:
+    """Whether the native decoder computes this file where it is mapped: a family and shapes
+    it computes, every matrix in a type it reads, and a decoder built for this machine."""
+    from engine import native
+
+    try:
+        header = read_header(path)
+        config = _config(header, path)
+        plan = plan_tensors(config, "gguf", {name: t.shape for name, t in header.tensors.items()},
+                            lambda name: name == _ROPE_FREQS, path)
+    except ModelLoadError:
+        return False  # loading it will say what is wrong
+    infos = [header.tensors[name] for name in plan.values()]
+    if not native.computes(config, set(plan)) or any(
+            len(t.shape) == 2 and (t.ggml_type not in NATIVE_TYPES or t.shape[1] % 32) for t in infos):
+        return False
+    return native.load_library() is not None
 
 
 def stored_in_4_bits(path: Path) -> bool:

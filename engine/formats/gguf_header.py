@@ -9,6 +9,7 @@ from __future__ import annotations
 import mmap
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,14 @@ class _Cursor:
 
 
 def read_header(path: Path) -> Header:
+    """The file's header; read once per file version (a start asks for it several times: the
+    dtype, the tokenizer, the weights)."""
+    stat = Path(path).stat()
+    return _read_header(Path(path), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=4)
+def _read_header(path: Path, mtime_ns: int, size: int) -> Header:
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
     try:

@@ -1,11 +1,12 @@
-"""The native decoder (decoder.c, matmul.c): built on the user's machine, called through ctypes.
+"""The native decoder (decoder.c, matmul.c, narrow.c, quantize.c, *.h): built on the user's machine, called via ctypes.
 
-Every pass of an int4/int8 model on the CPU (prefill, decoding, verification) runs as one C
-call instead of ~1,600 torch ops; decoder.c says why and how it stays exact. The library is
-compiled at first use with the system's C compiler for this CPU (-march=native, ~2 s) and kept
-in the user's cache directory, keyed by its sources, the compiler and the CPU. Without a
-compiler, or on a CPU without AVX2 and FMA, `load_library` returns None and the torch code
-runs every pass.
+Every pass of a model it computes (prefill, decoding, verification) runs as one C call that
+reads the matrices in their stored formats: a GGUF file's own blocks where the file is mapped
+(engine/formats/gguf_blocks.py), or the torch backend's int4/int8 (engine/kernels.py);
+decoder.c says why and how it stays exact. The library is compiled at first use with the
+system's C compiler for this CPU (-march=native, ~2 s) and kept in the user's cache
+directory, keyed by its sources, the compiler and the CPU. Without a compiler, or on a CPU
+without AVX2 and FMA, `load_library` returns None and the torch code runs every pass.
 """
 from __future__ import annotations
 
@@ -15,21 +16,29 @@ import logging
 import platform
 import shutil
 import subprocess
+import tempfile
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from engine.formats.gguf_blocks import BlockMatrix, BlockStack
 from engine.kernels import Int4Weight, Int8Weight, Weight
+from engine.rope import rope_tables
 from engine.user_cache import cache_dir, machine_key, write_atomically
+from engine.weights import LlamaConfig
 
 log = logging.getLogger("draftline")
 
-SOURCES = [Path(__file__).with_name(name) for name in ("decoder.c", "matmul.c", "native.h")]
+SOURCES = [Path(__file__).with_name(name)
+           for name in ("decoder.c", "matmul.c", "narrow.c", "quantize.c", "formats.h", "native.h", "product.h")]
+_ABI = 2  # decoder.c's draftline_abi(): the structs below mirror its own
 # -ffp-contract=off: a product and a sum fused in one copy of a loop and not in another would
 # round differently, and every copy of a kernel must compute alike (decoder.c).
 _FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread"]
-_INT4, _INT8 = 0, 1
+_INT4, _INT8 = 100, 101  # native.h's formats besides ggml's type ids
+_MAX_PARTS = 3
 
 
 def _cpu_has_avx2_fma() -> bool:
@@ -52,20 +61,34 @@ def build(target: Path, arch: list[str]) -> ctypes.CDLL:
         raise OSError("no C compiler found")
 
     def compile_to(tmp: Path) -> None:
-        sources = [str(p) for p in SOURCES if p.suffix == ".c"]
-        result = subprocess.run([compiler, *_FLAGS, *arch, "-o", str(tmp), *sources, "-lm"],
-                                capture_output=True, text=True)
-        if result.returncode:
-            raise OSError(f"{compiler} failed: {result.stderr.strip()[:500]}")
+        sources = [p for p in SOURCES if p.suffix == ".c"]
+        with tempfile.TemporaryDirectory() as scratch:  # each source compiled on its own core
+            objects = [Path(scratch) / f"{p.stem}.o" for p in sources]
+            jobs = [subprocess.Popen([compiler, *_FLAGS, *arch, "-c", "-o", str(o), str(p)], stderr=subprocess.PIPE,
+                                     text=True) for p, o in zip(sources, objects)]
+            failed = [error for job, error in [(job, job.communicate()[1]) for job in jobs] if job.returncode]
+            if not failed:
+                linked = subprocess.run([compiler, *_FLAGS, *arch, "-o", str(tmp), *map(str, objects), "-lm"],
+                                        capture_output=True, text=True)
+                failed = [linked.stderr] if linked.returncode else []
+            if failed:
+                raise OSError(f"{compiler} failed: {' '.join(failed).strip()[:500]}")
     write_atomically(target, compile_to)
     return _load(target)
 
 
 def _load(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
-    lib.draftline_forward.restype = ctypes.c_int
-    lib.draftline_forward.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    if lib.draftline_abi() != _ABI:
+        raise OSError(f"{path.name}: ABI {lib.draftline_abi()}, expected {_ABI}")
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.draftline_forward.restype = i
+    lib.draftline_forward.argtypes = [p, i, i, p, p, p, p, i]
+    lib.draftline_matmul.restype = i
+    lib.draftline_matmul.argtypes = [p, i, p, p]
+    lib.draftline_rows.argtypes = [p, p, i, p]
+    lib.draftline_scratch_bytes.restype = ctypes.c_size_t
+    lib.draftline_scratch_bytes.argtypes = [p, i, i, i]
     return lib
 
 
@@ -101,10 +124,35 @@ def load_library() -> ctypes.CDLL | None:
         return None
 
 
+# canonical tensors decoder.c computes (engine/architectures.py): RMSNorm, SwiGLU, Q/K/V biases
+_COMPUTED = {"embed", "lm_head", "norm", "attn_norm", "ffn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv",
+             "w_gate", "w_up", "w_down"}
+
+
+def computes(c: LlamaConfig, names: set[str]) -> bool:
+    """Whether decoder.c computes a model with this configuration and these tensors (canonical
+    names): RMSNorm, SwiGLU, no biases but Q/K/V's, no q/k norm, head dims a multiple of 16 up
+    to 256 (decoder.c's MAX_HEAD_DIM), at most 8 query heads per KV head (MAX_GROUP), rows a
+    whole number of 32-column blocks."""
+    from engine.architectures import FAMILIES
+
+    family = FAMILIES[c.family]
+    if family.norm != "rms" or family.mlp != "swiglu" or family.qk_norm:
+        return False
+    if any(name.rpartition(".")[2] not in _COMPUTED for name in names):
+        return False
+    return (c.dim_per_head % 16 == 0 and c.dim_per_head <= 256 and c.n_heads % c.n_kv_heads == 0
+            and c.n_heads // c.n_kv_heads <= 8 and c.hidden_size % 32 == 0 and c.intermediate_size % 32 == 0)
+
+
+class _Part(ctypes.Structure):
+    _fields_ = [("format", ctypes.c_int32), ("rows", ctypes.c_int32), ("row_bytes", ctypes.c_int64),
+                ("data", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("zero", ctypes.c_void_p)]
+
+
 class _Matrix(ctypes.Structure):
-    _fields_ = [("format", ctypes.c_int32), ("rows", ctypes.c_int32), ("cols", ctypes.c_int32),
-                ("q", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("zero", ctypes.c_void_p),
-                ("row_sums", ctypes.c_void_p)]
+    _fields_ = [("rows", ctypes.c_int32), ("cols", ctypes.c_int32), ("n_parts", ctypes.c_int32),
+                ("parts", _Part * _MAX_PARTS)]
 
 
 class _Layer(ctypes.Structure):
@@ -115,70 +163,115 @@ class _Layer(ctypes.Structure):
 class _Model(ctypes.Structure):
     _fields_ = [("n_layers", ctypes.c_int32), ("dim", ctypes.c_int32), ("n_heads", ctypes.c_int32),
                 ("n_kv_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32), ("ffn_dim", ctypes.c_int32),
-                ("max_len", ctypes.c_int32), ("eps", ctypes.c_float), ("layers", ctypes.POINTER(_Layer)),
-                ("norm", ctypes.c_void_p), ("head", _Matrix), ("k_cache", ctypes.c_void_p),
-                ("v_cache", ctypes.c_void_p), ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p)]
+                ("max_len", ctypes.c_int32), ("rotary_pairs", ctypes.c_int32), ("eps", ctypes.c_float),
+                ("layers", ctypes.POINTER(_Layer)), ("norm", ctypes.c_void_p), ("head", _Matrix),
+                ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p), ("cos", ctypes.c_void_p),
+                ("sin", ctypes.c_void_p)]
 
 
 def _pointer(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def _usable(w: object) -> bool:
-    """A matrix the C code reads as it is: int4 with its plain layout, or int8, row-major,
-    with rows a whole number of 32-column blocks."""
+def _part(w: Weight) -> _Part:
+    """The C description of one matrix (its memory stays the model's)."""
+    if isinstance(w, BlockMatrix):
+        return _Part(w.ggml_type, w.shape[0], w.data.strides[0], w.data.ctypes.data, None, None)
     if isinstance(w, Int4Weight):
-        return w.q is not None and all(t.is_contiguous() for t in (w.q, w.scale, w.zero))
+        return _Part(_INT4, w.shape[0], w.shape[1] // 2, w.q.data_ptr(), w.scale.data_ptr(), w.zero.data_ptr())
+    return _Part(_INT8, w.shape[0], w.shape[1], w.q.data_ptr(), w.scale.data_ptr(), None)
+
+
+def _parts(w: object) -> list | None:
+    """The parts of a matrix the C code reads as it is, or None: GGUF blocks (stacked or not),
+    int4 with its plain layout, or int8, row-major, in whole 32-column blocks."""
+    if isinstance(w, BlockStack):
+        return w.parts if len(w.parts) <= _MAX_PARTS and w.shape[1] % 32 == 0 else None
+    if isinstance(w, BlockMatrix):
+        return [w] if w.shape[1] % 32 == 0 and w.data.strides[1] == 1 else None
+    if isinstance(w, Int4Weight):
+        usable = w.q is not None and all(t.is_contiguous() for t in (w.q, w.scale, w.zero))
+        return [w] if usable else None
     if isinstance(w, Int8Weight):
-        return w.q.is_contiguous() and w.scale.is_contiguous() and w.shape[1] % 32 == 0
-    return False
+        return [w] if w.q.is_contiguous() and w.scale.is_contiguous() and w.shape[1] % 32 == 0 else None
+    return None
+
+
+def c_matrix(w: Weight) -> _Matrix:
+    parts = _parts(w)
+    return _Matrix(w.shape[0], w.shape[1], len(parts), (_Part * _MAX_PARTS)(*[_part(p) for p in parts]))
+
+
+def product(lib: ctypes.CDLL, w: Weight, x: torch.Tensor) -> torch.Tensor:
+    """x @ w.T in float32 as the decoder computes it (each token's row quantized on its own),
+    on one thread: an output head outside a pass, and the tests' view of each format."""
+    x = x.to(torch.float32).contiguous()
+    out = torch.empty(len(x), w.shape[0])
+    matrix = c_matrix(w)
+    if lib.draftline_matmul(ctypes.byref(matrix), len(x), x.data_ptr(), out.data_ptr()):
+        raise MemoryError("native decoder: out of memory")
+    return out
+
+
+def rows(lib: ctypes.CDLL, w: Weight, ids: list[int]) -> torch.Tensor:
+    """Rows of a matrix as float32, as the products see its weights."""
+    out = torch.empty(len(ids), w.shape[1])
+    index = np.asarray(ids, dtype=np.int64)
+    matrix = c_matrix(w)
+    lib.draftline_rows(ctypes.byref(matrix), index.ctypes.data, len(ids), out.data_ptr())
+    return out
 
 
 class NativeDecoder:
     """Runs the passes of one TorchLlama (engine/backends/torch_llama.py) in C, on the weights
-    and KV cache the model owns (it keeps only fp32 rotary tables and int8 row sums)."""
+    and KV cache the model owns; it keeps float32 copies of the vectors and rotary tables."""
 
     def __init__(self, lib: ctypes.CDLL, model) -> None:
         c = model.config
         self.lib = lib
-        self.cos, self.sin = (t.float().contiguous() for t in (model.cos, model.sin))
-        self._row_sums: list[torch.Tensor] = []  # of the int8 matrices, kept alive here
+        # float32 tables, not the model's (bf16 for the torch kernels)
+        self.cos, self.sin = rope_tables(model.max_len, c.dim_per_head, c.rope_theta, c.rope_scaling)
+        self._vectors: list[torch.Tensor] = []  # float32 norms and biases, kept alive here
         self._layers = (_Layer * len(model.layers))(*[
-            _Layer(layer.attn_norm.data_ptr(), layer.ffn_norm.data_ptr(), _pointer(layer.bqkv),
-                   *(self._matrix(getattr(layer, m)) for m in ("wqkv", "wo", "w_gate_up", "w_down")))
+            _Layer(self._vector(layer.attn_norm), self._vector(layer.ffn_norm), self._vector(layer.bqkv),
+                   *(c_matrix(getattr(layer, m)) for m in ("wqkv", "wo", "w_gate_up", "w_down")))
             for layer in model.layers])
         self._struct = _Model(c.n_layers, c.hidden_size, c.n_heads, c.n_kv_heads, c.dim_per_head,
-                              model.layers[0].w_down.shape[1], model.max_len, c.rms_eps, self._layers,
-                              model.norm.data_ptr(), self._matrix(model.head), model.k_cache.data_ptr(),
-                              model.v_cache.data_ptr(), self.cos.data_ptr(), self.sin.data_ptr())
+                              model.layers[0].w_down.shape[1], model.max_len, int(model.rotary_pairs), c.rms_eps,
+                              self._layers, self._vector(model.norm), c_matrix(model.head),
+                              model.k_cache.data_ptr(), model.v_cache.data_ptr(), self.cos.data_ptr(),
+                              self.sin.data_ptr())
+        self.scratch_bytes = 0  # the largest pass's so far
+
+    def _vector(self, t: torch.Tensor | None) -> int | None:
+        if t is None:
+            return None
+        self._vectors.append(t.float().contiguous())
+        return self._vectors[-1].data_ptr()
+
+    @property
+    def own_bytes(self) -> int:
+        """What it keeps besides the model's tensors: rotary tables and float32 vectors."""
+        return sum(t.numel() * 4 for t in [self.cos, self.sin] + self._vectors)
 
     @staticmethod
     def supports(model) -> bool:
-        """Whether decoder.c computes this model: RMSNorm, SwiGLU, no biases but Q/K/V's,
-        no q/k norm, bf16 vectors, quantized matrices; CPU."""
-        c, family = model.config, model.family
-        if model.device.type != "cpu" or model.dtype != torch.bfloat16 or family.norm != "rms" or family.mlp != "swiglu":
+        """Whether decoder.c computes this model (`computes`) on its matrices as they are; CPU."""
+        if model.device.type != "cpu" or model.dtype != torch.bfloat16:
             return False
-        if (c.dim_per_head % 8 or c.dim_per_head > 256 or c.n_heads % c.n_kv_heads
-                or c.n_heads // c.n_kv_heads > 8):  # decoder.c's MAX_HEAD_DIM and MAX_GROUP
-            return False
-        extras = ("attn_norm_bias", "ffn_norm_bias", "bo", "q_norm", "k_norm", "b_up", "b_down")
-        if any(getattr(layer, name) is not None for layer in model.layers for name in extras):
+        names = {name for layer in model.layers for name, w in vars(layer).items() if w is not None}
+        names = {"wq" if n == "wqkv" else "w_up" if n == "w_gate_up" else "bq" if n == "bqkv" else n for n in names}
+        if not computes(model.config, names):
             return False
         matrices = [model.head] + [getattr(layer, m) for layer in model.layers
                                    for m in ("wqkv", "wo", "w_gate_up", "w_down")]
-        return all(_usable(w) for w in matrices)
-
-    def _matrix(self, w: Weight) -> _Matrix:
-        if isinstance(w, Int4Weight):
-            return _Matrix(_INT4, w.shape[0], w.shape[1], w.q.data_ptr(), w.scale.data_ptr(), w.zero.data_ptr(), None)
-        # the integer products offset the activations by 128 and take it back with these
-        sums = w.q.sum(1, dtype=torch.int32)
-        self._row_sums.append(sums)
-        return _Matrix(_INT8, w.shape[0], w.shape[1], w.q.data_ptr(), w.scale.data_ptr(), None, sums.data_ptr())
+        return all(_parts(w) is not None for w in matrices)
 
     def set_head(self, head: Weight) -> None:
-        self._struct.head = self._matrix(head)
+        self._struct.head = c_matrix(head)
+
+    def head_logits(self, features: torch.Tensor, head: Weight) -> torch.Tensor:
+        return product(self.lib, head, features)
 
     def forward(self, x: torch.Tensor, start: int, positions: torch.Tensor, local: torch.Tensor,
                 logits: bool, threads: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -190,8 +283,10 @@ class NativeDecoder:
         pos = positions.to(torch.int32).contiguous()
         mask = local.to(torch.uint8).contiguous()
         out = torch.empty(n, self._struct.head.rows) if logits else None
-        if self.lib.draftline_forward(ctypes.byref(self._struct), n, start, pos.data_ptr(), mask.data_ptr(),
-                                      x.data_ptr(), _pointer(out), threads):
+        model = ctypes.byref(self._struct)
+        self.scratch_bytes = max(self.scratch_bytes, self.lib.draftline_scratch_bytes(model, n, start, threads))
+        if self.lib.draftline_forward(model, n, start, pos.data_ptr(), mask.data_ptr(), x.data_ptr(),
+                                      _pointer(out), threads):
             raise MemoryError("native decoder: out of memory")
         return x, out
 
@@ -202,4 +297,3 @@ def decoder_for(model) -> NativeDecoder | None:
         return None
     lib = load_library()
     return None if lib is None else NativeDecoder(lib, model)
-

@@ -1,20 +1,23 @@
-/* One pass of a Llama-family model with weight-only int4/int8 matrices, on the CPU: a prefill
-chunk, a decoding step or a verification pass of a chain or a token tree.
+/* One pass of a Llama-family model on the CPU: a prefill chunk, a decoding step or a
+verification pass of a chain or a token tree.
 
 Why: in eager PyTorch a one-token pass of a small model is mostly per-op overhead (~1,600 ops
-of ~7 us each), and torch's int4/int8 kernels convert weights per block of rows, so a 13-token
-verification pass costs 2.4x a one-token pass. Here a whole pass is one call: every layer's
-norm, products (matmul.c), rotary, cache writes and attention, then the final norm and the head.
+of ~7 us each), and converting a GGUF's blocks to torch's formats costs start-up time and
+memory. Here a whole pass is one call that reads every matrix in its stored format (a GGUF
+file's own blocks where it is mapped, or the torch backend's int4/int8): every layer's norm,
+products (matmul.c), rotary, cache writes and attention, then the final norm and the head.
 
 Exactness by construction: every output element (a row of a matrix times a token's vector, a
 query head's attention for one token) is computed by one thread with a fixed order of
 operations that does not depend on the pass width, the thread count or the other tokens, so
 a token's logits are bitwise the same in a 13-token pass as in a one-token pass. Activations
-and sums are float32; the KV cache is bf16, shared with the torch code.
+are quantized per token (unpack.c); sums are float32; the KV cache is bf16.
 
 Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__init__.py).
 */
 #include <immintrin.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -22,6 +25,8 @@ Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__in
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "native.h"
 
@@ -29,19 +34,23 @@ Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__in
 enum { MAX_THREADS = 64, MAX_GROUP = 8, MAX_HEAD_DIM = 256 };
 
 typedef struct {
-  const uint16_t *attn_norm, *ffn_norm, *bqkv; /* bf16; bqkv may be NULL */
-  Matrix wqkv, wo, w_gate_up, w_down;         /* w_gate_up: gate rows, then up rows */
+  const float *attn_norm, *ffn_norm, *bqkv; /* bqkv may be NULL */
+  Matrix wqkv, wo, w_gate_up, w_down;       /* w_gate_up: gate rows, then up rows */
 } Layer;
 
 typedef struct {
   int32_t n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, max_len;
+  int32_t rotary_pairs; /* rotate adjacent pairs (GGUF's Q/K row order for llama) instead of halves */
   float eps;
   const Layer *layers;
-  const uint16_t *norm;
+  const float *norm;
   Matrix head;
   uint16_t *k_cache, *v_cache; /* bf16 [n_layers, n_kv_heads, max_len, head_dim] */
-  const float *cos, *sin;      /* [max_len, head_dim] */
+  const float *cos, *sin;      /* [max_len, head_dim], halves alike */
 } Model;
+
+/* Version of the structs above and in native.h; the Python mirror checks it. */
+int draftline_abi(void) { return 2; }
 
 static inline __m256 load_bf16x8(const uint16_t *p) {
   __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -55,27 +64,31 @@ static inline float sum8(__m256 v) {
   return _mm_cvtss_f32(a);
 }
 
-static void add_bias(const uint16_t *bias, int T, float *y, int ldy, int n0, int n1) {
+static void add_bias(const float *bias, int T, float *y, int ldy, int n0, int n1) {
   for (int t = 0; t < T; t++)
-    for (int n = n0; n < n1; n++) y[(size_t)t * ldy + n] += bf16_to_f32(bias[n]);
+    for (int n = n0; n < n1; n++) y[(size_t)t * ldy + n] += bias[n];
 }
 
 /* ---- the rest of a layer ---- */
 
-static void rms_norm(const float *x, const uint16_t *weight, int dim, float eps, float *out) {
+static void rms_norm(const float *x, const float *weight, int dim, float eps, float *out) {
   float ss = 0;
   for (int i = 0; i < dim; i++) ss += x[i] * x[i];
   float r = 1.0f / sqrtf(ss / dim + eps);
-  for (int i = 0; i < dim; i++) out[i] = x[i] * r * bf16_to_f32(weight[i]);
+  for (int i = 0; i < dim; i++) out[i] = x[i] * r * weight[i];
 }
 
-/* Rotary embedding on one head, rotating halves (the torch code's rotate_half). */
-static void rotate(float *v, const float *cos, const float *sin, int hd) {
-  int h = hd / 2;
+/* Rotary embedding on one head: rotating halves (Hugging Face's rotate_half), or adjacent
+   pairs, which is the same rotation of the same numbers where a GGUF of the llama family stores
+   each head's Q/K rows interleaved (llama.cpp's converter permutes them): element 2i there is
+   element i of the Hugging Face row, 2i + 1 is i + hd/2. */
+static void rotate(float *v, const float *cos, const float *sin, int hd, int pairs) {
+  const int h = hd / 2;
   for (int i = 0; i < h; i++) {
-    float a = v[i], b = v[i + h];
-    v[i] = a * cos[i] - b * sin[i];
-    v[i + h] = b * cos[i + h] + a * sin[i + h];
+    const int j = pairs ? 2 * i : i, k = pairs ? 2 * i + 1 : i + h;
+    const float a = v[j], b = v[k];
+    v[j] = a * cos[i] - b * sin[i];
+    v[k] = b * cos[i] + a * sin[i];
   }
 }
 
@@ -112,12 +125,14 @@ static void swiglu(const float *gate, const float *up, int n, float *act) {
    sums run over the same sequence as in a one-token pass at its place; each key and value
    row is read from the cache once for all of these tokens and heads (at long contexts the
    cache, not the arithmetic, is what costs). scratch: ATTN_TOKENS * heads * (start + T + 8
-   + head_dim) floats. out: the pass's attention output [T, heads of the model * head_dim]. */
-enum { ATTN_TOKENS = 4 };
+   + head_dim) + VALUE_ROWS * head_dim floats. out: the pass's attention output [T, heads of the
+   model * head_dim]. */
+enum { ATTN_TOKENS = 4, VALUE_ROWS = 64 };
 
 /* Which of the tokens t0..t0+B-1 see position j (sees[b]); if any does, the cache row at j
    (keys or values) as float32 in `row`. */
-static inline int row_seen(const uint16_t *rows, int j, int hd, int start, int T, int t0, int B,
+static inline __attribute__((always_inline)) int row_seen(const uint16_t *rows, int j, int hd, int start, int T,
+                                                          int t0, int B,
                            const uint8_t *local, int sees[], __m256 row[]) {
   int any = 0;
   for (int b = 0; b < B; b++) any |= sees[b] = j < start || local[(t0 + b) * T + (j - start)];
@@ -126,9 +141,11 @@ static inline int row_seen(const uint16_t *rows, int j, int hd, int start, int T
   return any;
 }
 
-static void attend(const Model *m, int layer, int kv_head, const float *qkv, int nqkv, int T, int t0, int t1,
-                   int start, const uint8_t *local, float *scratch, float *out) {
-  const int hd = m->head_dim, heads = m->n_heads / m->n_kv_heads, B = t1 - t0, stride = start + T + 8;
+static inline __attribute__((always_inline)) void attend_hd(const Model *m, int hd, int layer, int kv_head,
+                                                            const float *qkv, int nqkv, int T, int t0, int t1,
+                                                            int start, const uint8_t *local, float *scratch,
+                                                            float *out) {
+  const int heads = m->n_heads / m->n_kv_heads, B = t1 - t0, stride = start + T + 8;
   const size_t base = ((size_t)layer * m->n_kv_heads + kv_head) * m->max_len * hd;
   const uint16_t *k = m->k_cache + base, *v = m->v_cache + base;
   const float scale = 1.0f / sqrtf((float)hd);
@@ -166,18 +183,37 @@ static void attend(const Model *m, int layer, int kv_head, const float *qkv, int
       }
       total[b][h] = sum8(sum);
     }
+  /* Values: blocks of VALUE_ROWS positions converted to float once, then each (token, head)
+     adds the rows it sees into accumulators held in registers, in order of position. */
   memset(acc, 0, sizeof(float) * (size_t)B * heads * hd);
+  float *values = acc + (size_t)ATTN_TOKENS * heads * hd; /* [VALUE_ROWS][hd] */
   int at[ATTN_TOKENS] = {0};
-  for (int j = 0; j < start + T; j++) {
-    if (!row_seen(v, j, hd, start, T, t0, B, local, sees, row)) continue;
+  uint8_t seen_by[VALUE_ROWS][ATTN_TOKENS];
+  for (int j0 = 0; j0 < start + T; j0 += VALUE_ROWS) {
+    int rows = 0;
+    for (int j = j0; j < j0 + VALUE_ROWS && j < start + T; j++) {
+      if (!row_seen(v, j, hd, start, T, t0, B, local, sees, row)) continue;
+      for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(values + (size_t)rows * hd + 8 * d, row[d]);
+      for (int b = 0; b < B; b++) seen_by[rows][b] = (uint8_t)sees[b];
+      rows++;
+    }
     for (int b = 0; b < B; b++) {
-      if (!sees[b]) continue;
+      int used = 0;
       for (int h = 0; h < heads; h++) {
-        __m256 p = _mm256_set1_ps(scores[(size_t)(b * heads + h) * stride + at[b]]);
+        const float *probs = scores + (size_t)(b * heads + h) * stride + at[b];
         float *a = acc + (size_t)(b * heads + h) * hd;
-        for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(a + 8 * d, _mm256_fmadd_ps(p, row[d], _mm256_loadu_ps(a + 8 * d)));
+        __m256 sum[MAX_HEAD_DIM / 8];
+        for (int d = 0; d < hd / 8; d++) sum[d] = _mm256_loadu_ps(a + 8 * d);
+        used = 0;
+        for (int r = 0; r < rows; r++) {
+          if (!seen_by[r][b]) continue;
+          const __m256 p = _mm256_set1_ps(probs[used++]);
+          for (int d = 0; d < hd / 8; d++)
+            sum[d] = _mm256_fmadd_ps(p, _mm256_loadu_ps(values + (size_t)r * hd + 8 * d), sum[d]);
+        }
+        for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(a + 8 * d, sum[d]);
       }
-      at[b]++;
+      at[b] += used;
     }
   }
   for (int b = 0; b < B; b++)
@@ -189,40 +225,62 @@ static void attend(const Model *m, int layer, int kv_head, const float *qkv, int
     }
 }
 
+/* The common head dims as constants, so that the loops over a row unroll. */
+static void attend(const Model *m, int layer, int kv_head, const float *qkv, int nqkv, int T, int t0, int t1,
+                   int start, const uint8_t *local, float *scratch, float *out) {
+  switch (m->head_dim) {
+    case 64: attend_hd(m, 64, layer, kv_head, qkv, nqkv, T, t0, t1, start, local, scratch, out); break;
+    case 128: attend_hd(m, 128, layer, kv_head, qkv, nqkv, T, t0, t1, start, local, scratch, out); break;
+    default: attend_hd(m, m->head_dim, layer, kv_head, qkv, nqkv, T, t0, t1, start, local, scratch, out);
+  }
+}
+
 /* ---- threads ---- */
 
+/* Threads meet at barriers between the steps of a pass. A waiting thread spins a little (the
+   others are usually microseconds behind), then sleeps on a futex, giving its core back: on a
+   machine shared with other work, a thread that lost its core must get one to finish. */
 typedef struct {
-  atomic_int waiting, generation;
+  atomic_int waiting, generation, sleepers;
   int threads;
 } Barrier;
 
-/* Spins: a pass is milliseconds long and its threads are all busy, so sleeping would cost
-   more. After a while it yields the core, in case another process holds the one a late
-   thread needs. */
-static void spin_until_changed(atomic_int *value, int from) {
-  for (long spins = 0; atomic_load(value) == from; spins++) {
-    if (spins < 20000) _mm_pause();
-    else sched_yield();
-  }
-}
+enum { SPINS = 200 }; /* a few microseconds: longer spins cost a shared machine (measured) */
+
+static void futex(atomic_int *at, int op, int value) { syscall(SYS_futex, at, op, value, NULL, NULL, 0); }
 
 static void barrier_wait(Barrier *b) {
-  int generation = atomic_load(&b->generation);
+  const int generation = atomic_load(&b->generation);
   if (atomic_fetch_add(&b->waiting, 1) == b->threads - 1) {
     atomic_store(&b->waiting, 0);
     atomic_fetch_add(&b->generation, 1);
-  } else {
-    spin_until_changed(&b->generation, generation);
+    if (atomic_load(&b->sleepers)) futex(&b->generation, FUTEX_WAKE_PRIVATE, INT_MAX);
+    return;
   }
+  for (int spins = 0; spins < SPINS; spins++) {
+    if (atomic_load(&b->generation) != generation) return;
+    _mm_pause();
+  }
+  atomic_fetch_add(&b->sleepers, 1);
+  while (atomic_load(&b->generation) == generation) futex(&b->generation, FUTEX_WAIT_PRIVATE, generation);
+  atomic_fetch_sub(&b->sleepers, 1);
 }
+
+/* Work is handed out in chunks that threads claim as they come free (rows of a product, heads,
+   tokens): a thread slowed by another process leaves its share to the others. Which thread
+   computes a chunk never changes its result. */
+enum { CHUNK_ROWS = 64, STEPS = 9 }; /* STEPS: claimed steps per layer (and for the final ones) */
 
 typedef struct {
   const Model *m;
   int T, start, threads;
   const int32_t *pos;
   const uint8_t *local;
-  float *x, *logits, *qkv, *attn, *act, *gate_up; /* shared by the threads */
-  char *private_memory;                            /* each thread's own, `private_bytes` apart */
+  float *x, *logits;                     /* the residual stream [T, dim]; logits [T, head.rows] or NULL */
+  float *h, *qkv, *attn, *act, *gate_up; /* shared by the threads */
+  Acts normed, attended, activated;      /* h, attn and act, quantized for the products */
+  atomic_int *next;                      /* [STEPS * (n_layers + 1)]: each step's next chunk */
+  char *private_memory;                  /* each thread's own, `private_bytes` apart */
   size_t private_bytes, products_bytes;
   Barrier barrier;
   atomic_int ready; /* set once `threads` says how many threads did start */
@@ -233,83 +291,144 @@ typedef struct {
   int id;
 } Worker;
 
-static void share(int n, int id, int threads, int *begin, int *end) {
-  *begin = (int)((long)n * id / threads);
-  *end = (int)((long)n * (id + 1) / threads);
+/* The next unclaimed chunk of `step` (of `chunks`), or -1. */
+static int claim(Pass *p, int step, int chunks) {
+  const int i = atomic_fetch_add(&p->next[step], 1);
+  return i < chunks ? i : -1;
 }
 
-static void norm_rows(const Pass *p, const uint16_t *weight, float *out) {
-  for (int t = 0; t < p->T; t++)
-    rms_norm(p->x + (size_t)t * p->m->dim, weight, p->m->dim, p->m->eps, out + (size_t)t * p->m->dim);
+/* Rows of `w` in chunks: y (+)= x . w for the rows each claim gets. */
+static void product_rows(Pass *p, int step, const Matrix *w, const Acts *x, float *y, int ldy, int add, void *scratch) {
+  const int chunks = (w->rows + CHUNK_ROWS - 1) / CHUNK_ROWS;
+  for (int c; (c = claim(p, step, chunks)) >= 0;) {
+    const int end = (c + 1) * CHUNK_ROWS < w->rows ? (c + 1) * CHUNK_ROWS : w->rows;
+    matmul(w, x, p->T, y, ldy, c * CHUNK_ROWS, end, add, scratch);
+  }
+}
+
+/* Tokens in chunks: each quantized. */
+static void quantize_tokens(Pass *p, int step, Acts *a) {
+  for (int t; (t = claim(p, step, p->T)) >= 0;) acts_quantize(a, t, t + 1);
+}
+
+/* Tokens in chunks: each normalized (x -> h) and quantized. */
+static void norm_tokens(Pass *p, int step, const float *weight) {
+  const int D = p->m->dim;
+  for (int t; (t = claim(p, step, p->T)) >= 0;) {
+    rms_norm(p->x + (size_t)t * D, weight, D, p->m->eps, p->h + (size_t)t * D);
+    acts_quantize(&p->normed, t, t + 1);
+  }
+}
+
+/* The fused Q/K/V product for one head of the nh + 2 nkv heads of each token, then rotary on a
+   query or key, and a key or value into the cache. */
+static void qkv_head(Pass *p, const Layer *L, int layer, int head, void *scratch) {
+  const Model *m = p->m;
+  const int hd = m->head_dim, nh = m->n_heads, nkv = m->n_kv_heads, nqkv = (nh + 2 * nkv) * hd;
+  matmul(&L->wqkv, &p->normed, p->T, p->qkv, nqkv, head * hd, (head + 1) * hd, 0, scratch);
+  if (L->bqkv) add_bias(L->bqkv, p->T, p->qkv, nqkv, head * hd, (head + 1) * hd);
+  for (int t = 0; t < p->T; t++) {
+    float *v = p->qkv + (size_t)t * nqkv + (size_t)head * hd;
+    if (head < nh + nkv)
+      rotate(v, m->cos + (size_t)p->pos[t] * hd, m->sin + (size_t)p->pos[t] * hd, hd, m->rotary_pairs);
+    if (head < nh) continue;
+    const int g = (head - nh) % nkv;
+    uint16_t *cache = head < nh + nkv ? m->k_cache : m->v_cache;
+    uint16_t *at = cache + (((size_t)layer * nkv + g) * m->max_len + p->start + t) * hd;
+    for (int d = 0; d < hd; d++) at[d] = f32_to_bf16(v[d]);
+  }
 }
 
 /* One thread's part of every step; threads meet at a barrier wherever a step reads what
-   others wrote. Norms are computed by every thread for itself: cheaper than a meeting. */
+   others wrote. */
 static void *run_worker(void *arg) {
-  Worker *wk = arg;
-  Pass *p = wk->pass;
-  spin_until_changed(&p->ready, 0);
+  Worker *w = arg;
+  Pass *p = w->pass;
+  while (!atomic_load(&p->ready)) sched_yield();
   const Model *m = p->m;
-  const int T = p->T, id = wk->id, nt = p->threads, D = m->dim, hd = m->head_dim;
-  const int nh = m->n_heads, nkv = m->n_kv_heads, group = nh / nkv, F = m->ffn_dim;
-  const int nqkv = (nh + 2 * nkv) * hd;
-  char *own = p->private_memory + (size_t)id * p->private_bytes;
-  void *products = own; /* matmul's scratch, then the normed rows and attention's scratch */
-  float *h = (float *)(own + p->products_bytes), *scores = h + (size_t)T * D;
-  int a, b;
+  const int T = p->T, D = m->dim, hd = m->head_dim;
+  const int nh = m->n_heads, nkv = m->n_kv_heads, F = m->ffn_dim;
+  char *own = p->private_memory + (size_t)w->id * p->private_bytes;
+  void *products = own; /* matmul's scratch, then attention's */
+  float *scores = (float *)(own + p->products_bytes);
   for (int l = 0; l < m->n_layers; l++) {
     const Layer *L = &m->layers[l];
-    norm_rows(p, L->attn_norm, h);
-    share(nqkv, id, nt, &a, &b);
-    matmul(&L->wqkv, h, T, p->qkv, nqkv, a, b, 0, products);
-    if (L->bqkv) add_bias(L->bqkv, T, p->qkv, nqkv, a, b);
+    const int step = STEPS * l;
+    norm_tokens(p, step, L->attn_norm);
     barrier_wait(&p->barrier);
-    share(nkv * T, id, nt, &a, &b);
-    for (int i = a; i < b; i++) { /* rotate the new keys and queries; keys and values to the cache */
-      int t = i / nkv, g = i % nkv;
-      const float *cos = m->cos + (size_t)p->pos[t] * hd, *sin = m->sin + (size_t)p->pos[t] * hd;
-      float *q = p->qkv + (size_t)t * nqkv + g * group * hd, *k = p->qkv + (size_t)t * nqkv + (nh + g) * hd;
-      for (int j = 0; j < group; j++) rotate(q + j * hd, cos, sin, hd);
-      rotate(k, cos, sin, hd);
-      size_t at = (((size_t)l * nkv + g) * m->max_len + p->start + t) * hd;
-      for (int d = 0; d < hd; d++) {
-        m->k_cache[at + d] = f32_to_bf16(k[d]);
-        m->v_cache[at + d] = f32_to_bf16(k[nkv * hd + d]);
-      }
-    }
+    for (int head; (head = claim(p, step + 1, nh + 2 * nkv)) >= 0;) qkv_head(p, L, l, head, products);
     barrier_wait(&p->barrier);
     const int blocks = (T + ATTN_TOKENS - 1) / ATTN_TOKENS; /* attention: (KV head, block of tokens) */
-    share(nkv * blocks, id, nt, &a, &b);
-    for (int i = a; i < b; i++) {
-      int t0 = i / nkv * ATTN_TOKENS, t1 = t0 + ATTN_TOKENS < T ? t0 + ATTN_TOKENS : T;
-      attend(m, l, i % nkv, p->qkv, nqkv, T, t0, t1, p->start, p->local, scores, p->attn);
+    for (int i; (i = claim(p, step + 2, nkv * blocks)) >= 0;) {
+      const int t0 = i / nkv * ATTN_TOKENS, t1 = t0 + ATTN_TOKENS < T ? t0 + ATTN_TOKENS : T;
+      attend(m, l, i % nkv, p->qkv, (nh + 2 * nkv) * hd, T, t0, t1, p->start, p->local, scores, p->attn);
     }
     barrier_wait(&p->barrier);
-    share(D, id, nt, &a, &b);
-    matmul(&L->wo, p->attn, T, p->x, D, a, b, 1, products);
+    quantize_tokens(p, step + 3, &p->attended);
     barrier_wait(&p->barrier);
-    /* MLP: each thread takes matching gate and up rows, so it can apply SiLU itself */
-    norm_rows(p, L->ffn_norm, h);
-    share(F / 8, id, nt, &a, &b);
-    a *= 8, b *= 8;
-    matmul(&L->w_gate_up, h, T, p->gate_up, 2 * F, a, b, 0, products);
-    matmul(&L->w_gate_up, h, T, p->gate_up, 2 * F, F + a, F + b, 0, products);
-    for (int t = 0; t < T; t++)
-      swiglu(p->gate_up + (size_t)t * 2 * F + a, p->gate_up + (size_t)t * 2 * F + F + a, b - a,
-             p->act + (size_t)t * F + a);
+    product_rows(p, step + 4, &L->wo, &p->attended, p->x, D, 1, products);
     barrier_wait(&p->barrier);
-    share(D, id, nt, &a, &b);
-    matmul(&L->w_down, p->act, T, p->x, D, a, b, 1, products);
+    norm_tokens(p, step + 5, L->ffn_norm);
+    barrier_wait(&p->barrier);
+    /* MLP: a chunk is matching gate and up rows, so its thread applies SiLU */
+    for (int c; (c = claim(p, step + 6, (F + CHUNK_ROWS - 1) / CHUNK_ROWS)) >= 0;) {
+      const int a = c * CHUNK_ROWS, b = a + CHUNK_ROWS < F ? a + CHUNK_ROWS : F;
+      matmul(&L->w_gate_up, &p->normed, T, p->gate_up, 2 * F, a, b, 0, products);
+      matmul(&L->w_gate_up, &p->normed, T, p->gate_up, 2 * F, F + a, F + b, 0, products);
+      for (int t = 0; t < T; t++)
+        swiglu(p->gate_up + (size_t)t * 2 * F + a, p->gate_up + (size_t)t * 2 * F + F + a, b - a,
+               p->act + (size_t)t * F + a);
+    }
+    barrier_wait(&p->barrier);
+    quantize_tokens(p, step + 7, &p->activated);
+    barrier_wait(&p->barrier);
+    product_rows(p, step + 8, &L->w_down, &p->activated, p->x, D, 1, products);
     barrier_wait(&p->barrier);
   }
-  norm_rows(p, m->norm, h);
-  if (p->logits) {
-    share(m->head.rows, id, nt, &a, &b);
-    matmul(&m->head, h, T, p->logits, m->head.rows, a, b, 0, products);
-  }
-  barrier_wait(&p->barrier); /* everyone has read x: thread 0 may replace it */
-  if (id == 0) memcpy(p->x, h, sizeof(float) * (size_t)T * D);
+  const int step = STEPS * m->n_layers;
+  norm_tokens(p, step, m->norm);
+  barrier_wait(&p->barrier);
+  if (p->logits) product_rows(p, step + 1, &m->head, &p->normed, p->logits, m->head.rows, 0, products);
+  for (int t; (t = claim(p, step + 2, T)) >= 0;) /* x is read by nobody now: the normed states replace it */
+    memcpy(p->x + (size_t)t * D, p->h + (size_t)t * D, sizeof(float) * D);
   return NULL;
+}
+
+static size_t up64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* Bytes a pass allocates: shared [T, ...] buffers, then each thread's own. */
+static void pass_bytes(const Model *m, int T, int start, size_t *shared, size_t *products, size_t *own) {
+  const int D = m->dim, F = m->ffn_dim, nh = m->n_heads, hd = m->head_dim;
+  const int nqkv = (nh + 2 * m->n_kv_heads) * hd, group = nh / m->n_kv_heads;
+  *shared = up64(sizeof(float) * (size_t)T * (D + nqkv + nh * hd + 3 * F)) + up64(acts_bytes(T, D)) +
+            up64(acts_bytes(T, nh * hd)) + up64(acts_bytes(T, F)) + up64(sizeof(atomic_int) * STEPS * (m->n_layers + 1));
+  int widest = D > F ? D : F;
+  widest = nh * hd > widest ? nh * hd : widest;
+  *products = up64(matmul_scratch(widest));
+  *own = *products + up64(sizeof(float) * ((size_t)ATTN_TOKENS * group * (start + T + 8 + hd) + VALUE_ROWS * hd));
+}
+
+size_t draftline_scratch_bytes(const Model *m, int T, int start, int threads) {
+  size_t shared, products, own;
+  pass_bytes(m, T, start, &shared, &products, &own);
+  return shared + own * threads;
+}
+
+/* y [T, w->rows] = x [T, w->cols] . w, on one thread (an output head outside a pass; tests). */
+int draftline_matmul(const Matrix *w, int T, const float *x, float *y) {
+  const size_t acts = up64(acts_bytes(T, w->cols));
+  char *memory = aligned_alloc(64, acts + up64(matmul_scratch(w->cols)));
+  if (!memory) return -1;
+  Acts a = acts_init(memory, T, w->cols, x);
+  acts_quantize(&a, 0, T);
+  matmul(w, &a, T, y, w->rows, 0, w->rows, 0, memory + acts);
+  free(memory);
+  return 0;
+}
+
+/* Rows `ids` of a matrix as float32 (embedding lookups, tests), as the products see its weights. */
+void draftline_rows(const Matrix *w, const int64_t *ids, int n, float *out) {
+  for (int i = 0; i < n; i++) dequantize_row(w, (int)ids[i], out + (size_t)i * w->cols);
 }
 
 /* A pass of T tokens at cache positions start..start+T-1 (rotary positions `pos`; new token t
@@ -321,23 +440,31 @@ int draftline_forward(const Model *m, int T, int start, const int32_t *pos, cons
   if (threads < 1) threads = 1;
   if (threads > MAX_THREADS) threads = MAX_THREADS;
   const int D = m->dim, F = m->ffn_dim, nh = m->n_heads, hd = m->head_dim;
-  const int nqkv = (nh + 2 * m->n_kv_heads) * hd, group = nh / m->n_kv_heads;
-  int widest = D > F ? D : F;
-  widest = nh * hd > widest ? nh * hd : widest;
-  const size_t shared = sizeof(float) * (size_t)T * (nqkv + nh * hd + 3 * F);
-  const size_t products = (matmul_scratch(T, widest) + 63) / 64 * 64;
-  const size_t own = (products + sizeof(float) * ((size_t)T * D + (size_t)ATTN_TOKENS * group * (start + T + 8 + hd)) +
-                      63) / 64 * 64;
-  char *memory = aligned_alloc(64, (shared + 63) / 64 * 64 + own * threads);
+  const int nqkv = (nh + 2 * m->n_kv_heads) * hd;
+  size_t shared, products, own;
+  pass_bytes(m, T, start, &shared, &products, &own);
+  char *memory = aligned_alloc(64, shared + own * threads);
   if (!memory) return -1;
   Pass pass = {.m = m, .T = T, .start = start, .threads = threads, .pos = pos, .local = local, .x = x,
-               .logits = logits, .qkv = (float *)memory, .private_bytes = own, .products_bytes = products};
+               .logits = logits, .private_bytes = own, .products_bytes = products};
+  pass.h = (float *)memory;
+  pass.qkv = pass.h + (size_t)T * D;
   pass.attn = pass.qkv + (size_t)T * nqkv;
   pass.act = pass.attn + (size_t)T * nh * hd;
   pass.gate_up = pass.act + (size_t)T * F;
-  pass.private_memory = memory + (shared + 63) / 64 * 64;
+  char *at = memory + up64(sizeof(float) * (size_t)T * (D + nqkv + nh * hd + 3 * F));
+  pass.normed = acts_init(at, T, D, pass.h);
+  at += up64(acts_bytes(T, D));
+  pass.attended = acts_init(at, T, nh * hd, pass.attn);
+  at += up64(acts_bytes(T, nh * hd));
+  pass.activated = acts_init(at, T, F, pass.act);
+  at += up64(acts_bytes(T, F));
+  pass.next = (atomic_int *)at;
+  for (int i = 0; i < STEPS * (m->n_layers + 1); i++) atomic_init(&pass.next[i], 0);
+  pass.private_memory = memory + shared;
   atomic_init(&pass.barrier.waiting, 0);
   atomic_init(&pass.barrier.generation, 0);
+  atomic_init(&pass.barrier.sleepers, 0);
   atomic_init(&pass.ready, 0);
   pthread_t ids[MAX_THREADS];
   Worker workers[MAX_THREADS];

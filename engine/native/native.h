@@ -1,19 +1,68 @@
-/* What decoder.c and matmul.c share: the matrix formats and their product. */
+/* What decoder.c, matmul.c and unpack.c share: matrix formats, activations, their product. */
 #ifndef DRAFTLINE_NATIVE_H
 #define DRAFTLINE_NATIVE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-enum { INT4 = 0, INT8 = 1 };
-enum { GROUP = 32 }; /* weights per int4 scale/zero pair (llama.cpp's blocks) */
+/* Matrix formats: ggml's type ids for a GGUF file's own blocks, read where the file is mapped;
+   INT4 and INT8 are the torch backend's layouts (engine/kernels.py). */
+enum {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
+  BF16 = 30, INT4 = 100, INT8 = 101
+};
+
+/* Rows of one format. A matrix is up to MAX_PARTS of them stacked (Q/K/V, gate/up), each in the
+   format its file stores it in: nothing is converted to make them alike. */
+typedef struct {
+  int32_t format, rows;
+  int64_t row_bytes;            /* bytes from one row to the next in `data` */
+  const uint8_t *data;          /* ggml blocks; INT4: levels, even column in the low nibble; INT8: int8 */
+  const uint16_t *scale, *zero; /* bf16; INT4: [rows, cols / 32] each, w = (level - 8) * scale + zero;
+                                   INT8: scale [rows], w = q * scale */
+} Part;
+
+enum { MAX_PARTS = 3 };
 
 typedef struct {
-  int32_t format, rows, cols;
-  const uint8_t *q;              /* int4: [rows, cols/2], even column in the low nibble; int8: [rows, cols] */
-  const uint16_t *scale, *zero;  /* bf16; int4: [rows, cols/GROUP] each, w = (level - 8) * scale + zero; int8: scale [rows] */
-  const int32_t *row_sums;       /* int8: the sum of each row's integers */
+  int32_t rows, cols, n_parts;
+  Part parts[MAX_PARTS];
 } Matrix;
+
+/* Activations of T tokens for a product with `cols` columns (a multiple of 32). Each token's
+   row is quantized on its own (quantize.c): int8 with a scale per 16 values, so a token's
+   product never depends on the other tokens of the pass. */
+enum { ACT_BLOCK = 128 }; /* columns whose 8 lanes each have their own scale */
+
+typedef struct {
+  int32_t cols;
+  const float *x; /* [T, cols] float32: float-format parts multiply these */
+  int8_t *q;      /* [T, cols] */
+  float *lanes;   /* [T, lanes_per_row(cols)]: per block of ACT_BLOCK columns, the scale of each
+                     int32 lane (columns 32u + 4l .. + 3 of its units u share lane l's) */
+  float *sums;    /* [T, sums_per_row(cols)]: each 16 values' sum of scale * q, zeros past them */
+} Acts;
+
+static inline int lanes_per_row(int cols) { return (cols + ACT_BLOCK - 1) / ACT_BLOCK * 8; }
+/* Per-16 entries of a row, rounded up to what products read 8 at a time. */
+static inline int sums_per_row(int cols) { return (cols / 16 + 7) / 8 * 8; }
+
+/* Bytes of `acts_init` memory for T tokens of `cols` columns. */
+size_t acts_bytes(int T, int cols);
+/* Lay out an Acts of T tokens in `memory` (acts_bytes(T, cols)), reading x [T, cols]. */
+Acts acts_init(void *memory, int T, int cols, const float *x);
+/* Quantize tokens t0..t1-1. */
+void acts_quantize(Acts *a, int t0, int t1);
+
+/* Bytes of scratch `matmul` needs for a matrix of `cols` columns (64-aligned). */
+size_t matmul_scratch(int cols);
+
+/* y[t, n] (+)= x[t] . w[n] for t < T and n0 <= n < n1. Each (t, n) is computed alike whatever
+   T, n0, n1 and the other tokens. */
+void matmul(const Matrix *w, const Acts *x, int T, float *y, int ldy, int n0, int n1, int add, void *scratch);
+
+/* One row of a matrix as float32 (embedding lookups, tests), as the products see its weights. */
+void dequantize_row(const Matrix *w, int row, float *out);
 
 static inline float bf16_to_f32(uint16_t v) {
   union { uint32_t u; float f; } c = {.u = (uint32_t)v << 16};
@@ -25,12 +74,13 @@ static inline uint16_t f32_to_bf16(float f) { /* round to nearest even, as torch
   return (uint16_t)((c.u + 0x7FFF + ((c.u >> 16) & 1)) >> 16);
 }
 
-/* Bytes of scratch `matmul` needs for T tokens of a matrix with `cols` columns (64-aligned). */
-static inline size_t matmul_scratch(int T, int cols) { return (size_t)T * (4 * (size_t)cols + 64) + 64 * (size_t)cols + 64; }
-
-/* y[t, n] (+)= x[t] . w[n] for t < T and n0 <= n < n1, where x is [T, w->cols] float32 and
-   scratch has matmul_scratch(T, w->cols) bytes, 64-aligned. Each (t, n) is computed alike
-   whatever T, n0, n1 and the other tokens. */
-void matmul(const Matrix *w, const float *x, int T, float *y, int ldy, int n0, int n1, int add, void *scratch);
+static inline float f16_to_f32(uint16_t h) { /* IEEE half, subnormals included, without F16C */
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 31, mant = h & 1023;
+  union { uint32_t u; float f; } c;
+  if (exp == 31) c.u = sign | 0x7F800000 | (mant << 13);
+  else if (exp) c.u = sign | ((exp + 112) << 23) | (mant << 13);
+  else { c.f = (float)mant * (1.0f / 16777216.0f); c.u |= sign; } /* 2^-24 units */
+  return c.f;
+}
 
 #endif

@@ -1,0 +1,77 @@
+/* The arithmetic every route of the products shares (narrow.c, matmul.c), so that a (row,
+token) rounds alike whichever computes it.
+
+Per 32 columns (a unit) of one row and one token: an integer dot product of the 8-bit levels
+(formats.h) and activations in 8 int32 lanes of 4 columns each (vpdpbusd with AVX-512 VNNI, on
+256-bit registers, as fast per byte as 512-bit ones on Zen 4; maddubs + madd with AVX2, where
+int8 weights are signed, with a sign trick), converted to float and added up with the weights'
+lane scales; after each block of BLOCK_UNITS units (the activations' block, quantize.c), that
+sum is added with the block's 8 activation lane scales; at the end the weights' mins times the
+activations' sums of each 16 columns come off, and the 8 lanes are summed in a fixed tree.
+Integer sums are exact, and the float steps are the same, in the same order, whatever the
+route, tile, pass width, thread or other tokens. */
+#ifndef DRAFTLINE_PRODUCT_H
+#define DRAFTLINE_PRODUCT_H
+
+#include "formats.h"
+
+#if VNNI
+enum { ROWS = 4, TOKENS = 4, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 2 }; /* 32 registers */
+#else
+enum { ROWS = 2, TOKENS = 2, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 1 }; /* 16 registers */
+#endif
+enum { FUSED_ROWS = 4, FUSED_TOKENS = 4, BLOCK_BYTES = 192 << 10, BLOCK_UNITS = ACT_BLOCK / 32 };
+
+ALWAYS_INLINE int is_float(int format) { return format == F32 || format == F16 || format == BF16; }
+
+ALWAYS_INLINE __m256i dot32(__m256i levels, __m256i q, int sign) {
+#if VNNI
+  (void)sign;
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), levels, q);
+#else
+  const __m256i pairs = sign ? _mm256_maddubs_epi16(_mm256_abs_epi8(levels), _mm256_sign_epi8(q, levels))
+                             : _mm256_maddubs_epi16(levels, q);
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+#endif
+}
+
+/* part += float(dot) * weight lane scales */
+ALWAYS_INLINE __m256 step(__m256 part, __m256i dot, __m256 scales) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scales, part);
+}
+
+/* After the last unit of an activation block (BLOCK_UNITS units, or the row's end; u: any of them):
+   acc += part * the block's activation lane scales. */
+ALWAYS_INLINE __m256 fold(__m256 acc, __m256 part, const float *act_lanes, int u) {
+  return _mm256_fmadd_ps(part, _mm256_load_ps(act_lanes + u / BLOCK_UNITS * 8), acc);
+}
+
+ALWAYS_INLINE float sum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/* After every unit: the mins times the activations' sums, 8 at a time; then the lanes' sum. */
+ALWAYS_INLINE float finish(__m256 acc, const float *mins, const float *sums, int S) {
+  for (int c = 0; c < S; c += 8) acc = _mm256_fnmadd_ps(_mm256_loadu_ps(mins + c), _mm256_load_ps(sums + c), acc);
+  return sum8(acc);
+}
+
+ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v; }
+
+/* Each integer format gets its own copy of a route's kernel, with the format a constant. */
+#define BY_FORMAT(CALL)                                                                            \
+  switch (p->format) {                                                                             \
+    case Q4_0: CALL(Q4_0); break; case Q4_1: CALL(Q4_1); break; case Q5_0: CALL(Q5_0); break;      \
+    case Q5_1: CALL(Q5_1); break; case Q8_0: CALL(Q8_0); break; case Q4_K: CALL(Q4_K); break;      \
+    case Q5_K: CALL(Q5_K); break; case Q6_K: CALL(Q6_K); break; case INT4: CALL(INT4); break;      \
+    default: CALL(INT8); break;                                                                    \
+  }
+
+/* Rows n0..n1 of one part against T <= FUSED_TOKENS tokens, read and multiplied unit by unit
+   (narrow.c); returns where it stopped (rows left over, fewer than a tile, go to the wide route). */
+int narrow_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add);
+
+#endif
