@@ -38,7 +38,7 @@ from engine.user_cache import cache_dir, write_atomically
 
 log = logging.getLogger("draftline")
 
-FORMAT = 5  # bump when what is measured changes
+FORMAT = 6  # bump when what is measured changes
 _CONTEXT = 256  # cache length the pass costs are measured at
 # A decoding pass through the copy rounds differently from the one-token passes of plain
 # decoding, so speculative output may then differ from it at near-ties (identical_to_ar in
@@ -123,8 +123,8 @@ _SHORT_PASS = 0.02
 
 
 def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
-    """Pass costs of a model the native decoder runs, from an empty cache: a one-token pass and
-    a max_width one, once each, on all threads, and on one thread too where a one-token pass is
+    """Pass costs of a model the native decoder runs, from an empty cache: passes of one token,
+    four (the widest that multiplies as it reads the weights: narrow.c) and max_width, once each, on all threads, and on one thread too where a one-token pass is
     short; the widths between are interpolated. The prefill rate is estimated from the widest
     pass (a prefill multiplies in the same tiles; its unpacking is shared by more tokens, so this
     errs low)."""
@@ -133,7 +133,7 @@ def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
     for n in [max_threads, 1]:
         torch.set_num_threads(n)
         backend.threads_by_width = None
-        costs[n] = measure_pass_costs(backend, max_width, repeats=1, widths=(1,), context=0)
+        costs[n] = measure_pass_costs(backend, max_width, repeats=1, widths=(1, 4), context=0)
         if n == max_threads and (max_threads == 1 or costs[n][1] >= _SHORT_PASS):
             break
         threads = sorted(costs)

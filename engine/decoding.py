@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import torch
 
 from engine.backends.base import Backend
-from engine.draft_length import DraftLength
 from engine.drafters.base import Draft, Drafter
 from engine.healing import Healer
 from engine.api import Request, Sampling
@@ -195,15 +194,15 @@ def verify_sampling(draft: Draft, logits: torch.Tensor, sampling: Sampling,
 
 
 def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int], request: Request,
-                         vocab: Vocabulary, draft_length: DraftLength, owed: str = "") -> Generation:
+                         vocab: Vocabulary, max_depth: int, owed: str = "") -> Generation:
     """Draft, verify in one target pass, keep the accepted prefix plus the target's next token.
-    `draft_length` chooses how many tokens to draft from the measured pass costs."""
+    The drafter decides how much to draft (at most `max_depth` deep) and learns from the result."""
     start = time.perf_counter()
     out, current, generator = _begin(target, prompt, request, vocab, owed)
     stats, sampling = out.stats, request.sampling
     use_tree = target.supports_tree and sampling.greedy
     while not out.done:
-        k = min(draft_length.next(), request.max_new_tokens - len(out.tokens))
+        k = min(max_depth, request.max_new_tokens - len(out.tokens))
         t = time.perf_counter()
         draft = drafter.propose(list(prompt) + out.tokens, k, sampling, generator) if k > 0 else Draft()
         if not use_tree and not draft.is_chain:
@@ -221,18 +220,17 @@ def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int
         stats.verify_ms += _ms_since(t)
 
         stats.target_passes += 1
-        stats.drafted += len(draft)
-        stats.accepted += len(accepted)
-        draft_length.update(len(draft), len(accepted))
+        stats.count_draft(draft.sources(), accepted, draft.model_choices_tested(accepted))
+        drafter.observe(draft, accepted, current)
         out.commit([draft.tokens[i] for i in accepted] + [current])
     return _finish(out, stats, start)
 
 
 def _first_branch(draft: Draft) -> Draft:
     """The chain of first children: for backends without tree attention."""
-    chain, node = [], -1
+    nodes, node = [], -1
     for i, parent in enumerate(draft.parents):
         if parent == node:
-            chain.append(draft.tokens[i])
+            nodes.append(i)
             node = i
-    return Draft.chain(chain)
+    return Draft.chain([draft.tokens[i] for i in nodes], info=[draft.info[i] for i in nodes] if draft.info else ())

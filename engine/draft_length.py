@@ -1,67 +1,166 @@
-"""How many tokens to draft: the length that maximises expected tokens per second of verification.
+"""How much to draft: the tree that maximises expected tokens per second of verification.
 
-With a per-token acceptance rate a, a chain of k draft tokens yields 1 + a + ... + a^k tokens from
-one target pass of k + 1 tokens (Leviathan et al. 2023, eq. 1). What that pass costs depends on
-the machine: on this CPU in bf16 a 9-token pass costs about as much as a 1-token pass, so long
-drafts pay; in fp32 or int8 it costs nearly twice as much, and only confident drafts pay. So the
-cost per pass width is measured on the backend once (engine/calibrate.py), and k is chosen from
-it and from the running acceptance rate; k = 0 (no draft) wins while drafts keep failing.
+A draft node i that the target accepts with probability p_i (its path's chance: every node
+above it accepted too) adds p_i tokens to what one pass yields; the pass then costs more, and a
+draft model spends time producing it. So the nodes are ranked by p_i (parents come first: a
+child's chance is at most its parent's) and the verified tree is the prefix of that ranking
+that maximises (1 + p_1 + ... + p_n) / (cost of an (n + 1)-token pass + drafting time) (for a
+chain with per-token rate a this is Leviathan et al. 2023, eq. 1, over the pass cost).
+
+Everything machine-dependent is measured: the target's pass cost by width
+(engine/calibrate.py) and a draft model's cost per token. On this CPU a wide pass costs a few
+one-token passes, so only likely nodes pay; where passes of every width cost about the same (a
+GPU), long chains and wide trees do. The p_i come from the drafters' raw scores (how often a
+continuation followed the matched text, a draft model's probability), calibrated per source
+and match length by how often the target actually accepted such nodes (`Acceptance`).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+# Lookup calibration buckets: the matched suffix had at least this many tokens. The
+# continuation seen last (among several) is calibrated apart, from NEWEST on, and the rest of
+# a fill-in-the-middle suffix the output has copied so far (drafters/fim_suffix.py) from
+# FIM_SUFFIX on.
+MATCH_BUCKETS = (1, 2, 3, 5, 9, 17, 33)
+NEWEST = len(MATCH_BUCKETS)
+FIM_SUFFIX = 2 * len(MATCH_BUCKETS)
+# Prior chance a lookup continuation is accepted, per bucket (per unit of frequency share):
+# long matches in code almost always go on as they did before.
+LOOKUP_PRIORS = (0.25, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95)
+# Draft-model calibration buckets by its own probability of the token.
+MODEL_BUCKETS = (0.0, 0.4, 0.7, 0.9)
 
 
-def expected_tokens(acceptance: float, k: int) -> float:
-    """Tokens one pass yields from a k-token chain: 1 + a + ... + a^k."""
-    return sum(acceptance ** i for i in range(k + 1))
+def match_bucket(length: int) -> int:
+    return bisect_right(MATCH_BUCKETS, length) - 1
 
 
-def break_even_probability(pass_cost: Sequence[float], draft_cost: float, width: int = 8) -> float:
-    """The chance of acceptance at which one more draft token pays for itself: what it adds to
-    the pass (the mean extra cost per token of widening a pass to `width`) plus drafting it,
-    over what an accepted token saves (a one-token pass)."""
-    w = min(width, len(pass_cost) - 2)
-    extra = (pass_cost[w + 1] - pass_cost[1]) / w + draft_cost
-    return min(0.9, max(0.05, extra / pass_cost[1]))
+def model_bucket(probability: float) -> int:
+    return bisect_right(MODEL_BUCKETS, probability) - 1
 
 
-class DraftLength:
-    """Adaptive k from the running acceptance rate and the measured cost of each pass width.
+class PassCosts:
+    """Seconds per target pass by width (measured up to some width, extrapolated linearly
+    beyond it) and seconds per token a draft model drafts. Unmeasured: every width costs 1."""
 
-    The rate is estimated from decayed counts: a pass that accepted m of k drafts saw m hits and,
-    if m < k, one miss (the maximum-likelihood estimate for a geometric run). While k = 0 wins,
-    a one-token draft is still tried every `probe_every` passes, so a drafter that starts
-    matching again is noticed."""
+    def __init__(self, pass_cost: Sequence[float] | None = None, draft_cost: float = 0.0):
+        cost = list(pass_cost) if pass_cost and len(pass_cost) > 2 else [0.0, 1.0, 1.0]
+        # A wider pass never costs less than a narrower one: a timing above a wider pass's was
+        # slowed by something else running (load only ever adds time), so the wider one's holds.
+        for width in range(len(cost) - 2, 0, -1):
+            cost[width] = min(cost[width], cost[width + 1])
+        self.cost = cost
+        self.draft_cost = draft_cost
+        last = len(self.cost) - 1
+        base = max(1, last - 5)  # a wide baseline: single widths are noisy
+        self.slope = max(0.0, (self.cost[last] - self.cost[base]) / (last - base))
 
-    def __init__(self, k_max: int, pass_cost: Sequence[float] | None = None, prior: float = 0.6,
-                 memory: float = 0.8, probe_every: int = 4, draft_cost: float = 0.0):
-        self.cost = list(pass_cost) if pass_cost else [1.0] * (k_max + 2)  # flat if unmeasured
-        self.draft_cost = draft_cost  # per drafted token (a draft model's pass), same unit
-        self.k_max = min(k_max, len(self.cost) - 2)
-        self.hits, self.misses = 2 * prior, 2 * (1 - prior)
-        self.memory, self.probe_every = memory, probe_every
-        self.idle = 0
+    def verify(self, width: int) -> float:
+        """A target pass over `width` tokens."""
+        last = len(self.cost) - 1
+        return self.cost[width] if width <= last else self.cost[last] + (width - last) * self.slope
+
+    def least_useful_chance(self, max_nodes: int) -> float:
+        """No node less likely than this can be worth its place in a pass of up to
+        `max_nodes` + 1 tokens: the cheapest widening of a pass, in one-token passes (an
+        accepted token is worth at most one)."""
+        cheapest = min(self.verify(w + 1) - self.verify(w) for w in range(1, max_nodes + 1))
+        return min(0.5, max(0.005, cheapest / self.verify(1)))
+
+    def break_even(self, draft_cost: float | None = None, width: int = 8) -> float:
+        """The chance of acceptance at which one more node pays for itself against plain
+        decoding: what it adds to the pass (the mean extra cost per token of widening a
+        pass to `width`) plus drafting it, over what an accepted token saves (a one-token
+        pass)."""
+        d = self.draft_cost if draft_cost is None else draft_cost
+        extra = (self.verify(width + 1) - self.verify(1)) / width + d
+        return min(0.9, max(0.02, extra / self.verify(1)))
+
+
+def best_prefix(probabilities: Sequence[float], costs: PassCosts, spent: float = 0.0) -> tuple[int, float]:
+    """How many of the nodes (ranked by chance, best first) to verify, and the rate that
+    gives, in expected tokens per second: max over n of (1 + sum of the first n chances) /
+    (pass of n + 1 tokens + `spent` drafting). Zero nodes is a plain one-token pass."""
+    best_n, best_rate = 0, 1.0 / (costs.verify(1) + spent)
+    expected = 1.0
+    for n, p in enumerate(probabilities, start=1):
+        expected += p
+        rate = expected / (costs.verify(n + 1) + spent)
+        if rate > best_rate:
+            best_n, best_rate = n, rate
+    return best_n, best_rate
+
+
+def chain_length(acceptance: float, costs: PassCosts, k_max: int) -> int:
+    """The chain length a model with per-token acceptance `acceptance` should draft: max over
+    k of (1 + a + ... + a^k) / (pass of k + 1 tokens + k draft tokens)."""
+    best_k, best_rate, expected = 0, 1.0 / costs.verify(1), 1.0
+    for k in range(1, k_max + 1):
+        expected += acceptance ** k
+        rate = expected / (costs.verify(k + 1) + k * costs.draft_cost)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
+@dataclass
+class _Rate:
+    hits: float
+    expected: float  # sum of the raw scores of the nodes tested
+
+
+class Acceptance:
+    """How often the target accepts a drafted node, given it was tested (its parent was
+    accepted), relative to the drafter's raw score for it: one factor per (source, bucket).
+    Counts decay, so the factor follows the code being written; a prior worth `strength`
+    observations keeps it sane before there are any."""
+
+    def __init__(self, memory: float = 0.98, strength: float = 4.0):
+        self.memory, self.strength = memory, strength
+        self._rates: dict[tuple[str, int], _Rate] = {}
+        # What running a draft model is expected to bring: how often its first choice was the
+        # target's next token, and how often its chain's next one was where the chain was
+        # right so far.
+        self._first = _Rate(0.0, 0.0)
+        self._next = _Rate(0.0, 0.0)
+
+    def _mean(self, r: _Rate, prior: float) -> float:
+        return (r.hits + self.strength * prior) / (r.expected + self.strength)
 
     @property
-    def acceptance(self) -> float:
-        return self.hits / (self.hits + self.misses)
+    def model_first(self) -> float:
+        return self._mean(self._first, 0.6)
 
-    def next(self) -> int:
-        a = self.acceptance
-        k = max(range(self.k_max + 1),
-                key=lambda k: expected_tokens(a, k) / (self.cost[k + 1] + k * self.draft_cost))
-        if k > 0:
-            self.idle = 0
-            return k
-        self.idle += 1
-        if self.idle >= self.probe_every:
-            self.idle = 0
-            return 1
-        return 0
+    @property
+    def model_next(self) -> float:
+        return self._mean(self._next, 0.75)
 
-    def update(self, drafted: int, accepted: int) -> None:
-        if drafted == 0:
-            return
-        self.hits = self.hits * self.memory + accepted
-        self.misses = self.misses * self.memory + (accepted < drafted)
+    def observe_model(self, first: bool, next_tokens: Sequence[bool]) -> None:
+        self._count(self._first, first)
+        for hit in next_tokens:
+            self._count(self._next, hit)
+
+    def _count(self, r: _Rate, hit: bool, score: float = 1.0) -> None:
+        r.hits = r.hits * self.memory + hit
+        r.expected = r.expected * self.memory + score
+
+    @staticmethod
+    def prior(source: str, bucket: int) -> float:
+        return 1.0 if source == "model" else LOOKUP_PRIORS[bucket % NEWEST]
+
+    def factor(self, source: str, bucket: int) -> float:
+        prior = self.prior(source, bucket)
+        r = self._rates.get((source, bucket))
+        if r is None:
+            return prior
+        return (r.hits + self.strength * prior) / (r.expected + self.strength)
+
+    def chance(self, source: str, bucket: int, score: float) -> float:
+        """The calibrated chance a tested node with this raw score is accepted."""
+        return min(0.99, score * self.factor(source, bucket))
+
+    def observe(self, source: str, bucket: int, score: float, accepted: bool) -> None:
+        self._count(self._rates.setdefault((source, bucket), _Rate(0.0, 0.0)), accepted, score)

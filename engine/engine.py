@@ -11,12 +11,12 @@ from engine.backends.base import Backend
 from engine.backends.torch_llama import TorchLlama
 from engine.calibrate import Calibration, load_or_measure, measure_pass_costs
 from engine.decoding import Vocabulary, generate_autoregressive, generate_speculative
-from engine.draft_length import DraftLength
+from engine.draft_length import Acceptance, PassCosts
 from engine.draft_loading import EMBEDDED_DRAFT, load_embedded_draft
 from engine.drafters.base import ModelDrafter
 from engine.drafters.draft_model import DraftModel
-from engine.drafters.hybrid import Hybrid, lookup_branches
-from engine.drafters.prompt_lookup import PromptLookup
+from engine.drafters.hybrid import Hybrid
+from engine.drafters.lookup import HISTORY_CONTEXT, Lookup
 from engine.errors import EngineError
 from engine.healing import Healer
 from engine.catalog import DEFAULT
@@ -26,23 +26,26 @@ from engine.tokenization.tokenizer import Tokenizer
 from engine.user_cache import content_key, machine_key
 
 class Engine:
-    """A target model, optional draft model, and a prompt-lookup index over documents.
+    """A target model, optional draft model, and a lookup index over documents, the workspace
+    and this session's outputs.
 
     `complete` is not reentrant: call it from one worker thread at a time. Documents may be
-    set from any thread."""
+    set, and outputs remembered, from any thread."""
 
-    K_MAX = 12  # most draft tokens per branch
+    K_MAX = 24  # widest pass whose cost is measured (draft_length.py extrapolates beyond)
+    MAX_NODES = 32  # most draft tokens in one verification pass
     problem: str | None = None  # why it cannot serve now (a local engine always can)
 
     def __init__(self, target: Backend, tokenizer: Tokenizer, draft: ModelDrafter | None = None,
-                 k_max: int = K_MAX, pass_cost: list[float] | None = None, draft_cost: float = 0.0):
+                 max_nodes: int = MAX_NODES, pass_cost: list[float] | None = None, draft_cost: float = 0.0):
         self.target = target
         self.tokenizer = tokenizer
-        self.lookup = PromptLookup()
+        self.acceptance = Acceptance()  # how often each source's drafts are accepted: learnt
+        fim = tokenizer.fim
+        self.lookup = Lookup(self.acceptance, fim=(fim.suffix, fim.middle) if fim else None)
         self.draft = draft  # a draft model (mode "draft", and the model half of "hybrid")
-        self.k_max = k_max
-        self.pass_cost = pass_cost  # seconds per target pass by width (draft_length.py)
-        self.draft_cost = draft_cost  # seconds per token the draft model drafts
+        self.max_nodes = max_nodes
+        self.costs = PassCosts(pass_cost, draft_cost)
         self.healer = Healer(tokenizer)
         self.vocabulary = Vocabulary(frozenset(tokenizer.eos_ids), tokenizer.decode, self.healer)
         self.calibration: Calibration | None = None  # set by `load`: kernels and pass costs
@@ -63,15 +66,24 @@ class Engine:
         drafter = _load_drafter(draft, target, tokenizer, dtype, max_len)
         calibration = load_or_measure(target, cls.K_MAX + 1, max_threads,
                                       _calibration_key(model, target, max_threads))
-        pass_cost = calibration.pass_cost
-        draft_cost = 0.0
-        if drafter is not None:
-            draft_cost = _draft_pass_cost(drafter.backend, max_threads)
-            drafter.tune(pass_cost, draft_cost)
-        engine = cls(target, tokenizer, drafter, pass_cost=pass_cost, draft_cost=draft_cost)
+        draft_cost = 0.0 if drafter is None else _draft_pass_cost(drafter.backend, max_threads)
+        engine = cls(target, tokenizer, drafter, _exact_width(calibration, cls.MAX_NODES + 1) - 1,
+                     pass_cost=calibration.pass_cost, draft_cost=draft_cost)
         engine.calibration, engine.dtype = calibration, dtype
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
+
+    @property
+    def costs(self) -> PassCosts:
+        """Seconds per target pass by width and per drafted token: how much drafting pays."""
+        return self._costs
+
+    @costs.setter
+    def costs(self, costs: PassCosts) -> None:
+        self._costs = costs
+        self._drafters = {}
+        if self.draft is not None:
+            self.draft.tune(costs)
 
     @property
     def max_len(self) -> int:
@@ -90,7 +102,7 @@ class Engine:
 
     @property
     def documents(self) -> int:
-        """Documents in the prompt-lookup index."""
+        """Documents (open files and workspace files) in the lookup index."""
         return self.lookup.documents
 
     @property
@@ -110,19 +122,31 @@ class Engine:
     def prefill_tokens_per_s(self) -> float:
         return self.calibration.prefill_tokens_per_s if self.calibration else float("inf")
 
-    # --- documents for prompt lookup ------------------------------------------------------
-    def set_document(self, doc_id: str, text: str) -> None:
-        self.lookup.set_document(doc_id, self.tokenizer.encode(text))
+    # --- what lookup drafts from --------------------------------------------------------
+    def set_document(self, doc_id: str, text: str, source: str = "document") -> None:
+        """An open file (source "document") or a file of the workspace index ("workspace"),
+        new or changed; the same id moves between them."""
+        self.lookup.set_document(doc_id, self.tokenizer.encode(text), source)
 
     def remove_document(self, doc_id: str) -> None:
         self.lookup.remove_document(doc_id)
+
+    def remember(self, text: str, before: str = "") -> None:
+        """A suggestion shown or accepted in this session, and the text before it (a line or
+        two is enough): later requests draft from it (source "history"), e.g. after an edit
+        near it or in similar code."""
+        lead = self.tokenizer.encode(before)[-HISTORY_CONTEXT:] if before else []
+        self.lookup.remember(lead + self.tokenizer.encode(text))
 
     # --- completion -----------------------------------------------------------------------
     def prefill(self, tokens: Sequence[int], cancel: threading.Event | None = None) -> None:
         """Fill the caches for a prompt of token ids ahead of `complete` (which reuses them);
         with `cancel` set midway, they hold a prefix of it."""
         self.target.sync(tokens[:-1], cancel)
-        if self.draft is not None and not (cancel and cancel.is_set()):
+        if cancel and cancel.is_set():
+            return
+        self.lookup.prefill(tokens)
+        if self.draft is not None:
             self.draft.prefill(tokens)
 
     def forget_cache(self) -> None:
@@ -159,7 +183,7 @@ class Engine:
         owed = ""
         if request.heal and isinstance(prompt, str):
             tokens, owed = self.healer.split(tokens)
-        room = self.target.max_len - request.max_new_tokens - self.k_max - 2
+        room = self.target.max_len - request.max_new_tokens - self.max_nodes - 2
         if room < 1:
             raise EngineError(f"max_new_tokens {request.max_new_tokens} does not fit the context")
         bos = isinstance(prompt, str) and self.tokenizer.add_bos
@@ -169,16 +193,30 @@ class Engine:
         if mode == "ar":
             gen = generate_autoregressive(self.target, tokens, request, self.vocabulary, owed)
         else:
-            drafter = {"lookup": self.lookup, "draft": self.draft,
-                       "hybrid": Hybrid(self.lookup, self.draft,
-                                        lookup_candidates=lookup_branches(self.pass_cost))}[mode]
-            # In hybrid most drafts are lookup's, which cost nothing; the model's own chains
-            # stop on its confidence (feature_draft.py).
-            draft_length = DraftLength(self.k_max, self.pass_cost,
-                                       draft_cost=self.draft_cost if mode == "draft" else 0.0)
-            gen = generate_speculative(self.target, drafter, tokens, request, self.vocabulary,
-                                       draft_length, owed)
+            gen = generate_speculative(self.target, self._drafter(mode), tokens, request,
+                                       self.vocabulary, self.max_nodes, owed)
         return Completion(gen.text, gen.tokens, gen.stats)
+
+    def _drafter(self, mode: str) -> Hybrid:
+        """One per mode, kept: what it learns about the model's first tokens carries over."""
+        if mode not in self._drafters:
+            self._drafters[mode] = Hybrid(self.lookup if mode != "draft" else None,
+                                          self.draft if mode != "lookup" else None,
+                                          self.costs, self.acceptance, self.max_nodes)
+        return self._drafters[mode]
+
+
+def _exact_width(calibration: Calibration, widest: int) -> int:
+    """The widest verification pass (at most `widest`) that runs the one-token pass's kernel:
+    a pass through another (a bf16 copy chosen for wide passes where it measured faster)
+    rounds differently, and its argmax could then differ from plain decoding's at a near-tie."""
+    kernels = calibration.kernel_by_width
+    if not kernels or len(kernels) < 2:
+        return widest
+    width = 1
+    while width < widest and kernels[min(width + 1, len(kernels) - 1)] == kernels[1]:
+        width += 1
+    return width
 
 
 def _draft_pass_cost(draft: Backend, max_threads: int) -> float:

@@ -1,7 +1,8 @@
 """Counters for one generation: what was drafted, accepted, and where the time went."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -12,22 +13,51 @@ class Stats:
     target_passes: int = 0
     drafted: int = 0
     accepted: int = 0
+    # Drafted and accepted tokens per source (engine/drafters/base.py SOURCES): where the
+    # speed came from.
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+    # A draft model's first choices the target tested (their parent was accepted), and of
+    # those the ones it accepted: the pair's agreement, whatever the tree's shape.
+    model_tested: int = 0
+    model_agreed: int = 0
     prefill_ms: float = 0.0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     total_ms: float = 0.0
     stop_reason: str = ""
 
+    def count_draft(self, sources: Sequence[str], accepted: Sequence[int],
+                    model_tested: Sequence[int] = ()) -> None:
+        """One verified draft: the source of each node, the nodes the target kept, and the
+        draft model's first choices it tested."""
+        self.model_tested += len(model_tested)
+        self.model_agreed += len(set(model_tested) & set(accepted))
+        self.drafted += len(sources)
+        self.accepted += len(accepted)
+        for source in sources:
+            self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + 1
+        for node in accepted:
+            self.accepted_by_source[sources[node]] = self.accepted_by_source.get(sources[node], 0) + 1
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def agreement(self) -> float | None:
+        """How often the draft model's first choice was the target's token, where tested
+        (None: never)."""
+        return self.model_agreed / self.model_tested if self.model_tested else None
 
     @property
     def tokens_per_pass(self) -> float:
         return self.new_tokens / self.target_passes if self.target_passes else 0.0
 
     def as_dict(self) -> dict:
+        agreement = self.agreement
         return asdict(self) | {
             "acceptance_rate": round(self.acceptance_rate, 4),
             "tokens_per_target_pass": round(self.tokens_per_pass, 4),
+            "agreement": None if agreement is None else round(agreement, 4),
         }

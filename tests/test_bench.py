@@ -125,6 +125,13 @@ def test_bench_numbers_are_consistent(bench):
         assert ar["bandwidth_gb_s"] > 0
         for mode in modes.values():  # fp32: exact speculative decoding equals greedy
             assert mode["identical_to_ar"] == 1.0 and mode["speedup_vs_ar"] > 0
+            sources = mode["sources"]  # where the drafted tokens came from adds up
+            assert set(sources) <= {"document", "workspace", "history"}  # no draft model here
+            assert sum(n["drafted"] for n in sources.values()) == mode["drafted"]
+            accepted = sum(n["accepted"] for n in sources.values())
+            assert accepted == 0 if not mode["drafted"] else \
+                abs(accepted / mode["drafted"] - mode["acceptance_rate"]) < 1e-3
+            assert mode["agreement"] is None
     repetitive = bench["report"]["workloads"]["repetitive"]["modes"]["lookup"]
     assert repetitive["acceptance_rate"] > 0 and repetitive["tokens_per_target_pass"] > 1.0
 
@@ -139,6 +146,7 @@ def test_bench_prints_a_table_progress_and_a_plot(bench):
     assert f"{steps}/{steps}" in bench["stderr"]  # the progress bar's last step
     assert "quality: next line, 3 lines of your code" in bench["stdout"]
     assert "COLD: empty cache, prefill timed" in bench["stdout"]
+    assert "accepted tokens per target pass (acceptance) by source:" in bench["stdout"]
     assert bench["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

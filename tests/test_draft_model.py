@@ -9,7 +9,6 @@ from safetensors.torch import load_file
 from engine.engine import Engine
 from engine.api import Request
 from engine.draft_loading import EMBEDDED_DRAFT_DIR, load_embedded_draft
-from engine.drafters.hybrid import lookup_branches
 from engine.errors import ModelLoadError
 from engine.fetch import model_path
 from engine.api import Sampling
@@ -128,11 +127,3 @@ def test_draft_mode_output_equals_autoregressive_in_fp32(engine: Engine, prompt:
 def test_missing_draft_folder_is_a_clear_error(engine: Engine, tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="cannot read the embedded draft"):
         load_embedded_draft(engine.target, tmp_path)
-
-
-def test_hybrid_adds_lookup_alternatives_only_where_wide_passes_are_cheap() -> None:
-    """Each alternative lookup branch adds two nodes to the verification pass."""
-    cheap = [0.0] + [0.010 + 0.0002 * w for w in range(1, 15)]  # a node ~2% of a pass (bf16, AMX)
-    steep = [0.0] + [0.008 + 0.0015 * w for w in range(1, 15)]  # ~19% (int4, two cores)
-    assert lookup_branches(cheap) == 3 and lookup_branches(steep) == 1
-    assert lookup_branches(None) == 3  # unmeasured (a remote engine): as before

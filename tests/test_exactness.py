@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from engine.api import Request
+from engine.draft_length import PassCosts
 from tests.code_samples import FILES, code_prompts, stdlib_text
 
 PROMPTS = code_prompts(20)
@@ -33,7 +34,7 @@ def test_speculative_modes_equal_autoregressive(engine, name, prompt):
 def test_lookup_saves_passes_on_repeated_code(engine, monkeypatch):
     """The text of an indexed document repeats: lookup must need fewer target passes. (With a
     flat pass-cost curve, as on a GPU: the measured one makes k depend on this machine's load.)"""
-    monkeypatch.setattr(engine, "pass_cost", None)
+    monkeypatch.setattr(engine, "costs", PassCosts())
     text = stdlib_text("textwrap.py")
     prompt = text[:text.index("    def _split(self, text):")] + text[:200]  # a second copy begins
     result = engine.complete(prompt, Request(max_new_tokens=24, heal=False), "lookup")

@@ -10,11 +10,12 @@ import math
 import pytest
 import torch
 
-from engine.decoding import Vocabulary, generate_speculative
-from engine.draft_length import DraftLength
-from engine.drafters.draft_model import DraftModel
-from engine.drafters.prompt_lookup import PromptLookup
 from engine.api import Request, Sampling
+from engine.decoding import Vocabulary, generate_speculative
+from engine.draft_length import Acceptance, PassCosts
+from engine.drafters.draft_model import DraftModel
+from engine.drafters.hybrid import Hybrid
+from engine.drafters.lookup import Lookup
 from engine.sampling import probabilities
 from tests.tiny_models import random_feature_draft, random_llama
 
@@ -48,13 +49,18 @@ def chi_square(counts: torch.Tensor, expected_p: torch.Tensor) -> tuple[float, i
     return stat, int(keep.sum()) - 1
 
 
-def sample_pairs(target, drafter) -> torch.Tensor:
+def sample_pairs(target, lookup=None, model=None) -> torch.Tensor:
+    """Unmeasured (flat) pass costs: drafts as long as they are likely at all."""
+    drafter = Hybrid(lookup, model, PassCosts(), Acceptance())
     vocab = target.vocab_size
     counts = torch.zeros(vocab * vocab)
+    rejected = 0
     for seed in range(RUNS):
         request = Request(max_new_tokens=2, sampling=Sampling(temperature=1.0, seed=seed))
-        gen = generate_speculative(target, drafter, PROMPT, request, VOCABULARY, DraftLength(k_max=4))
+        gen = generate_speculative(target, drafter, PROMPT, request, VOCABULARY, max_depth=4)
         counts[gen.tokens[0] * vocab + gen.tokens[1]] += 1
+        rejected += gen.stats.drafted - gen.stats.accepted
+    assert rejected > RUNS / 10  # the rejection path really ran
     return counts
 
 
@@ -66,7 +72,7 @@ def models():
 def test_draft_model_sampling_matches_target(models):
     target, draft = models
     exact = exact_pair_distribution(target, SAMPLING)
-    stat, df = chi_square(sample_pairs(target, DraftModel(draft, min_confidence=0.0)), exact)
+    stat, df = chi_square(sample_pairs(target, model=DraftModel(draft)), exact)
     assert stat < chi_square_critical(df), f"chi2={stat:.1f} df={df}"
 
 
@@ -74,17 +80,17 @@ def test_feature_draft_sampling_matches_target(models):
     """The draft that reads the target's features: its q depends on the target's own state."""
     target, _ = models
     exact = exact_pair_distribution(target, SAMPLING)
-    stat, df = chi_square(sample_pairs(target, random_feature_draft(target, seed=3)), exact)
+    stat, df = chi_square(sample_pairs(target, model=random_feature_draft(target, seed=3)), exact)
     assert stat < chi_square_critical(df), f"chi2={stat:.1f} df={df}"
 
 
 def test_lookup_sampling_matches_target(models):
     """A deterministic drafter (one-hot q) that is often wrong: rejections must be exact too."""
     target, _ = models
-    lookup = PromptLookup(ngram_sizes=(1,))
+    lookup = Lookup()
     lookup.set_document("doc", [5, 3, 3, 1, 5, 2, 7, 7, 0])
     exact = exact_pair_distribution(target, SAMPLING)
-    stat, df = chi_square(sample_pairs(target, lookup), exact)
+    stat, df = chi_square(sample_pairs(target, lookup=lookup), exact)
     assert stat < chi_square_critical(df), f"chi2={stat:.1f} df={df}"
 
 

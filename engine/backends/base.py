@@ -72,13 +72,19 @@ class Backend(ABC):
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the longest common prefix of two token sequences."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    """The length of the longest common prefix of two token sequences, compared in slices at
+    C speed rather than token by token (drafting compares a 4k-token context every step)."""
+    n = min(len(a), len(b))
+    if list(a[:n]) == list(b[:n]):
+        return n
+    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        mid = (low + high) // 2
+        if list(a[low:mid]) == list(b[low:mid]):
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 # Long prefills in chunks bound the size of the attention scores and the logits tensor.

@@ -3,12 +3,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 
 from engine.backends.base import Backend
 from engine.api import Sampling
+from engine.draft_length import PassCosts
+
+# Where a drafted token came from. "document": the prompt, the output so far and open files;
+# "workspace": the workspace's files; "history": this session's earlier outputs; "model": a
+# draft model.
+SOURCES = ("document", "workspace", "history", "model")
+
+
+class NodeInfo(NamedTuple):
+    """Where a draft node came from and what calibration learns from its fate
+    (engine/draft_length.py, Acceptance): its source, a bucket (lookup: the matched length;
+    model: its probability) and its raw score (frequency share or probability). `top`: a
+    draft model's own first choice at its level (not a leaf beside it)."""
+    source: str
+    bucket: int
+    score: float
+    top: bool = True
 
 
 @dataclass
@@ -18,16 +35,19 @@ class Draft:
     parents[i] is the index of token i's parent in `tokens`, or -1 for the root. Parents come
     before children. A chain has parents [-1, 0, 1, ...]. `probs` holds the draft distribution
     each token was sampled from ([len, vocab]); None means the drafter is deterministic
-    (a one-hot distribution, e.g. prompt lookup).
+    (a one-hot distribution, e.g. prompt lookup). `info` says where each node came from
+    (empty: not known).
     """
 
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     probs: torch.Tensor | None = None
+    info: list[NodeInfo] = field(default_factory=list)
 
     @classmethod
-    def chain(cls, tokens: Sequence[int], probs: torch.Tensor | None = None) -> Draft:
-        return cls(list(tokens), list(range(-1, len(tokens) - 1)), probs)
+    def chain(cls, tokens: Sequence[int], probs: torch.Tensor | None = None,
+              info: Sequence[NodeInfo] = ()) -> Draft:
+        return cls(list(tokens), list(range(-1, len(tokens) - 1)), probs, list(info))
 
     @property
     def is_chain(self) -> bool:
@@ -35,6 +55,21 @@ class Draft:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def sources(self) -> list[str]:
+        """Each node's source ("unknown" where the drafter did not say)."""
+        return [i.source for i in self.info] if self.info else ["unknown"] * len(self.tokens)
+
+    def model_choices_tested(self, accepted: Sequence[int]) -> list[int]:
+        """The draft model's first choices that the target tested: how often it agrees."""
+        if not self.info:
+            return []
+        return [i for i in self.tested(accepted) if self.info[i].source == "model" and self.info[i].top]
+
+    def tested(self, accepted: Sequence[int]) -> list[int]:
+        """The nodes whose chance was really tested: children of the root or of an accepted node."""
+        open_ = {-1, *accepted}
+        return [i for i, p in enumerate(self.parents) if p in open_]
 
     # A verification pass feeds [current token] + tokens: pass position 0 is the root and draft
     # node i sits at pass position i + 1. These two methods are the only places that shift is
@@ -55,14 +90,32 @@ class Draft:
 class Drafter(Protocol):
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: torch.Generator) -> Draft:
-        """Up to `k` tokens (per branch) that may follow `context` (prompt + output so far)."""
+        """Up to `k` tokens deep that may follow `context` (prompt + output so far)."""
+        ...
+
+    def observe(self, draft: Draft, accepted: Sequence[int], next_token: int) -> None:
+        """Learn from a verified draft: `accepted` are the node indices the target kept, and
+        `next_token` the target's own token after them."""
         ...
 
 
-class ModelDrafter(Drafter, Protocol):
+class ModelDrafter(Protocol):
     """A drafter with a model and KV cache of its own: what the engine does with one."""
 
     backend: Backend  # its model: the engine measures its cost per drafted token
+    reads_prefix: bool  # does `propose` read lookup's path (`prefix`) first?
+
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling,
+                generator: torch.Generator, prefix: Sequence[int] = ()) -> Draft:
+        """A chain (sampling) or a tree (greedy) up to `k` deep; `info` scores each node by
+        the model's probability of it given its parent. Greedy, it may first read `prefix`
+        (lookup's likeliest path) and score it; where it parts from that path its own chain
+        goes on."""
+        ...
+
+    def behind(self, context: Sequence[int]) -> int:
+        """Tokens of `context` its cache would have to read before drafting."""
+        ...
 
     def prefill(self, context: Sequence[int]) -> None:
         """Fill its cache for `context` ahead of drafting (out of the timed path)."""
@@ -72,6 +125,6 @@ class ModelDrafter(Drafter, Protocol):
         """Forget its cache (the target's was emptied)."""
         ...
 
-    def tune(self, pass_cost: Sequence[float], draft_cost: float) -> None:
-        """Adapt to the measured costs: seconds per target pass by width, per drafted token."""
+    def tune(self, costs: PassCosts) -> None:
+        """Adapt to the measured costs: how deep and wide drafting pays."""
         ...

@@ -1,7 +1,11 @@
 """A small model that shares the target's tokenizer drafts tokens one at a time.
 
 Its KV cache is kept in sync with the target's context by common-prefix rollback: every call
-starts with `sync`, which drops whatever the target rejected last time.
+first drops whatever the target rejected last time and reads what it has not seen. Greedy drafts
+are a tree (engine/drafters/model_tree.py): the chain goes on while the model's probability of
+the whole path is above what a token must be worth to pay for drafting and verifying it (set
+from the measured costs by `tune`); where it is unsure, its next most likely tokens are leaves
+beside the chain, costing only their place in the verification pass.
 """
 from __future__ import annotations
 
@@ -9,20 +13,32 @@ from collections.abc import Sequence
 
 import torch
 
-from engine.backends.base import Backend
-from engine.drafters.base import Draft
 from engine.api import Sampling
-from engine.sampling import draw, probabilities
+from engine.backends.base import Backend, common_prefix
+from engine.draft_length import PassCosts
+from engine.drafters.base import Draft
+from engine.drafters.model_tree import ModelTree
+
+# New tokens read together with the first drafted one in one pass (logits for each): more are
+# read in a pass of their own, without logits.
+_READ_WITH_LOGITS = 4
 
 
 class DraftModel:
-    def __init__(self, backend: Backend, min_confidence: float = 0.1):
-        self.backend = backend
-        # Greedy drafting stops at a token the draft itself doubts: it would likely be rejected.
-        self.min_confidence = min_confidence
+    reads_prefix = True  # it reads lookup's likeliest path in its first pass
 
-    def tune(self, pass_cost: Sequence[float], draft_cost: float) -> None:
-        """Nothing to tune: it stops on its own confidence (min_confidence)."""
+    def __init__(self, backend: Backend, min_path_prob: float = 0.1, sibling_min_prob: float = 0.1,
+                 siblings: int = 2):
+        self.backend = backend
+        self.min_path_prob = min_path_prob  # the chain stops below this path probability
+        self.sibling_min_prob = sibling_min_prob  # a sibling leaf needs this path probability
+        self.siblings = siblings
+
+    def tune(self, costs: PassCosts) -> None:
+        """A chain token must pay for its draft pass and its place in the target's pass; a
+        sibling only for its place."""
+        self.min_path_prob = costs.break_even()
+        self.sibling_min_prob = costs.break_even(draft_cost=0.0)
 
     def reset(self) -> None:
         """Forget the cache."""
@@ -32,22 +48,35 @@ class DraftModel:
         """Fill the cache for `context` now, out of the timed path."""
         self.backend.sync(context[:-1])
 
+    def behind(self, context: Sequence[int]) -> int:
+        return len(context) - common_prefix(self.backend.tokens, context[:-1])
+
+    def _read(self, context: Sequence[int], prefix: Sequence[int]) -> torch.Tensor:
+        """Drop the cache past the common prefix and read the rest, then `prefix`: the logits
+        after context[-1] and after each prefix token (len(prefix) + 1 rows)."""
+        common = common_prefix(self.backend.tokens, context[:-1])
+        self.backend.truncate(common)
+        rest = list(context[common:])
+        if len(rest) > _READ_WITH_LOGITS:
+            self.backend.sync(context[:-1])
+            rest = rest[-1:]
+        return self.backend.forward(rest + list(prefix))[len(rest) - 1:]
+
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
-                generator: torch.Generator) -> Draft:
-        self.backend.sync(context[:-1])
-        token = context[-1]
-        tokens: list[int] = []
-        dists: list[torch.Tensor] = []
-        for _ in range(k):
-            logits = self.backend.forward([token])[-1]
-            if sampling.greedy:
-                probs = torch.softmax(logits, -1)
-                token = int(probs.argmax())
-                if tokens and float(probs[token]) < self.min_confidence:
-                    break
-            else:
-                probs = probabilities(logits, sampling)
-                token = draw(probs, generator)
-                dists.append(probs)
-            tokens.append(token)
-        return Draft.chain(tokens, torch.stack(dists) if dists else None)
+                generator: torch.Generator, prefix: Sequence[int] = ()) -> Draft:
+        tree = ModelTree(self.min_path_prob, self.sibling_min_prob)
+        prefix = list(prefix)[:k - 1] if sampling.greedy else []
+        rows = self._read(context, prefix)
+        agreed = 0  # lookup's tokens the model would have chosen itself
+        while agreed < len(prefix) and tree.follow(rows[agreed], prefix[agreed]):
+            agreed += 1
+        if agreed < len(prefix):  # its own chain goes on where it parts from lookup's path
+            self.backend.truncate(self.backend.length - len(prefix) + agreed)
+        logits, token = rows[agreed], None
+        for level in range(agreed, k):
+            if level > agreed:
+                logits = self.backend.forward([token])[-1]
+            token = tree.step(logits, sampling, generator, self.siblings)
+            if token is None:
+                break
+        return tree.finish()

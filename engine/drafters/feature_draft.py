@@ -18,15 +18,17 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from engine.api import Sampling
 from engine.backends.base import PREFILL_CHUNK, common_prefix
 from engine.backends.torch_llama import TorchLlama
-from engine.draft_length import break_even_probability
+from engine.draft_length import PassCosts
 from engine.drafters.base import Draft
-from engine.api import Sampling
-from engine.sampling import draw, probabilities
+from engine.drafters.model_tree import ModelTree
 
 
 class FeatureDraft:
+    reads_prefix = False  # past the context there are no target features to read
+
     def __init__(self, target: TorchLlama, backend: TorchLlama, fc: torch.Tensor, fc_bias: torch.Tensor,
                  min_path_prob: float = 0.2, siblings: int = 2, sibling_levels: int = 2,
                  sibling_min_prob: float = 0.1):
@@ -38,14 +40,17 @@ class FeatureDraft:
         self.fc_bias = fc_bias
         # Greedy drafting stops where the draft's own probability of the whole path so far falls
         # below this: an estimate of the chance the target accepts that far (EAGLE-2). Engine.load
-        # sets it from the measured pass costs (draft_length.break_even_probability).
+        # sets it from the measured pass costs (`tune`).
         self.min_path_prob = min_path_prob
         self.siblings, self.sibling_levels, self.sibling_min_prob = siblings, sibling_levels, sibling_min_prob
         self._inputs: list[int] = []  # the context tokens behind the draft's true-feature positions
 
-    def tune(self, pass_cost: Sequence[float], draft_cost: float) -> None:
+    def tune(self, costs: PassCosts) -> None:
         """Chains stop where the path probability no longer pays for the longer pass."""
-        self.min_path_prob = break_even_probability(pass_cost, draft_cost)
+        self.min_path_prob = costs.break_even()
+
+    def behind(self, context: Sequence[int]) -> int:
+        return len(context) - common_prefix(self._inputs, context)
 
     def reset(self) -> None:
         """Forget the cache (e.g. after the target's cache was emptied)."""
@@ -86,41 +91,22 @@ class FeatureDraft:
             self.catch_up(context)
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
-                generator: torch.Generator) -> Draft:
+                generator: torch.Generator, prefix: Sequence[int] = ()) -> Draft:
         """A chain of up to k tokens. Greedy drafts are a tree: the chain follows the draft's
         top token while its path probability stays above `min_path_prob`; on the first
         `sibling_levels` levels the next most likely tokens (path probability at least
         `sibling_min_prob`) are leaves beside it, free to add (they come from the same logits)
-        and verified in the same target pass."""
+        and verified in the same target pass. It drafts from the context's end only (`prefix`
+        is not read): past it there are no target features to read."""
         if self.target.length == 0:  # no target feature to start from yet
             return Draft()
         logits = self.catch_up(context)
-        tokens: list[int] = []
-        parents: list[int] = []
-        dists: list[torch.Tensor] = []
-        parent, path_p = -1, 1.0
+        tree = ModelTree(self.min_path_prob, self.sibling_min_prob)
         for level in range(k):
-            if sampling.greedy:
-                probs = torch.softmax(logits, -1)
-                top_p, top = probs.topk(1 + self.siblings)
-                token = int(top[0])
-                if path_p * float(top_p[0]) < self.min_path_prob:
-                    break
-            else:
-                probs = probabilities(logits, sampling)
-                token = draw(probs, generator)
-                dists.append(probs)
-            node = len(tokens)
-            tokens.append(token)
-            parents.append(parent)
-            if sampling.greedy and level < self.sibling_levels:
-                for p, alt in zip(top_p[1:].tolist(), top[1:].tolist()):
-                    if path_p * p >= self.sibling_min_prob:
-                        tokens.append(alt)
-                        parents.append(parent)
-                path_p *= float(top_p[0])
-            parent = node
+            token = tree.step(logits, sampling, generator, self.siblings if level < self.sibling_levels else 0)
+            if token is None:
+                break
             if level + 1 < k:
                 feature = self.backend.features[self.backend.length - 1:self.backend.length]
                 logits = self.backend.forward_hidden(self._input([token], feature), [token])[-1]
-        return Draft(tokens, parents, torch.stack(dists) if dists else None)
+        return tree.finish()

@@ -1,52 +1,159 @@
-"""Prompt lookup and a draft model together, in one verification pass.
+"""Every speculative mode drafts here: lookup alone (`lookup`), a draft model alone (`draft`),
+or both in one token tree (`hybrid`).
 
-Lookup candidates cost nothing to make, and where they exist they are usually long and right:
-their trie is the draft, and the draft model is not run (measured: running it beside them costs
-more draft passes than its extra branch earns, docs/draft_model.md). Where lookup finds
-nothing, the draft model's token tree is the draft. Sampling uses a single chain (rejection
-sampling is proven exact for chains): the lookup match if there is one, else the model's.
+Lookup costs next to nothing, so it always runs; its tree says how likely its tokens are. A
+draft model pass costs real time, so the model runs only where the tree it is expected to add
+makes verification faster, its drafting time included (SAM-Decoding's "model where the match
+is short", with the threshold measured instead of fixed): it reads lookup's likeliest path in
+its first pass, its own guess may be right where lookup's token is wrong, and its chain goes
+on after the path, each token right with the rates measured for it. With cheap draft passes
+(a GPU) it runs nearly always; with passes a third of the target's (a 0.5B draft beside a
+1.5B on this CPU) only where lookup has little. The tree verified is the subset of nodes that
+maximises expected tokens per second (engine/draft_length.py), and what the target accepted
+calibrates each source's chances.
+
+Sampling uses a single chain (rejection sampling is proven exact for chains): lookup's best
+path if it is more likely than the model's first token, else the model's own sampled chain.
 """
 from __future__ import annotations
 
+import time
+from bisect import insort
 from collections.abc import Sequence
+from operator import neg
 
 import torch
 
-from engine.draft_length import break_even_probability
-from engine.drafters.base import Draft, Drafter
-from engine.drafters.prompt_lookup import PromptLookup
-from engine.drafters.tree import merge_candidates
 from engine.api import Sampling
+from engine.draft_length import Acceptance, PassCosts, best_prefix, chain_length
+from engine.drafters.base import Draft, ModelDrafter
+from engine.drafters.lookup import Lookup
+from engine.drafters.tree import TokenTree
 
-
-def lookup_branches(pass_cost: Sequence[float] | None) -> int:
-    """How many lookup candidates a tree takes. Each alternative adds two nodes to the pass,
-    which pays only where a node costs little next to a one-token pass. Measured with the
-    native int4 decoder (a node ~18% of a one-token pass, docs/bench.md): one candidate gave
-    1.32x / 1.39x over plain decoding (fresh / repetitive), three 1.21x / 1.30x."""
-    if not pass_cost:
-        return 3
-    return 3 if break_even_probability(pass_cost, 0.0) < 0.1 else 1
+PROBE_EVERY = 4  # while nothing pays, still verify the best node every this many passes
+MODEL_PROBE_EVERY = 4  # and run the draft model after this many drafts without it,
+_PROBE_MOST = 64  # twice as many after each such run, up to this many
+_LAG = 8  # most unread tokens a model run is charged for
+_CHECKED = 8  # most tokens of lookup's likeliest path the model reads before drafting on
 
 
 class Hybrid:
-    def __init__(self, lookup: PromptLookup, model: Drafter | None, max_nodes: int = 16,
-                 lookup_candidates: int = 3):
-        self.lookup = lookup
-        self.model = model
+    def __init__(self, lookup: Lookup | None, model: ModelDrafter | None, costs: PassCosts,
+                 acceptance: Acceptance, max_nodes: int = 32):
+        self.lookup, self.model = lookup, model
+        self.costs, self.acceptance = costs, acceptance
         self.max_nodes = max_nodes
-        self.lookup_candidates = lookup_candidates
+        self.floor = costs.least_useful_chance(max_nodes)  # lookup explores nothing less likely
+        self._model_chain: list[int] = []  # the model's first choice at each level, last draft
+        self._idle = 0
+        self._skipped = 0  # drafts since the model last ran
+        self._probe_every = MODEL_PROBE_EVERY
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: torch.Generator) -> Draft:
-        limit = self.lookup_candidates if sampling.greedy else 1
-        found = self.lookup.candidates(context, k, limit=limit)
-        if found:
-            if not sampling.greedy:
-                return Draft.chain(found[0])
-            # k is the chain length the measured pass costs make worth verifying; each
-            # alternative branch adds two nodes beyond it (its point of difference, and one more).
-            return merge_candidates(found, min(self.max_nodes, k + 2 * (len(found) - 1)))
-        if self.model is None:
-            return Draft()
-        return self.model.propose(context, k, sampling, generator)
+        self._model_chain = []
+        tree = TokenTree()
+        if self.lookup is not None:
+            self.lookup.grow(tree, context, k, self.max_nodes, self.floor)
+        if not sampling.greedy:
+            return self._chain(tree, context, k, sampling, generator)
+        spent = 0.0
+        if self.model is not None and k > 0:
+            path = tree.best_path()[:_CHECKED] if self.model.reads_prefix else []
+            pays = self._model_pays(tree, path, context, k)
+            # Now and then it runs although it seems not to pay, so its rates stay current;
+            # less and less often while it keeps not paying.
+            self._skipped += 1
+            probe = not pays and self._skipped >= self._probe_every
+            if pays:
+                self._probe_every = MODEL_PROBE_EVERY
+            elif probe:
+                self._probe_every = min(2 * self._probe_every, _PROBE_MOST)
+            if pays or probe:
+                self._skipped = 0
+                start = time.perf_counter()
+                drafted = self.model.propose(context, k, sampling, generator,
+                                             [tree.nodes[i].token for i in path])
+                spent = time.perf_counter() - start
+                self._merge(tree, drafted)
+        keep = 0
+        if best_prefix([tree.nodes[i].chance for i in tree.ranked()[:1]], self.costs, spent)[0] == 0:
+            self._idle += 1
+            keep = 1 if self._idle % PROBE_EVERY == 0 else 0
+        return tree.select(self.costs, spent, self.max_nodes, keep=keep)
+
+    def _model_pays(self, tree: TokenTree, path: list[int], context: Sequence[int], k: int) -> bool:
+        """Would the tree be faster (expected tokens per second, its drafting time included)
+        with what the model is expected to add? Its first pass reads lookup's likeliest path:
+        where a token there is wrong, its own guess may be right; after the path (or where it
+        parts from it) its chain goes on, each token right with its measured rates, a pass
+        each."""
+        first, following = self.acceptance.model_first, self.acceptance.model_next
+        d = self.costs.draft_cost
+        chances = sorted((n.chance for n in tree.nodes), reverse=True)[:self.max_nodes]
+        now = best_prefix(chances, self.costs)[1]
+        reach = 1.0  # the chance lookup's path is right up to here
+        for i in path:
+            insort(chances, first * (reach - tree.nodes[i].chance), key=neg)
+            reach = tree.nodes[i].chance
+        if not self.model.reads_prefix:  # its chain starts where lookup's first tokens are
+            reach = 1.0 - min(1.0, sum(n.chance for n in tree.nodes if n.parent == -1))
+        # Its first pass also reads what it has not seen (the tokens lookup drafted since it
+        # last ran). A longer lag is read once whenever it runs next, so only a few count here.
+        width = min(self.model.behind(context), _LAG) + len(path)
+        spent = d * self.costs.verify(width) / self.costs.verify(1)
+        chance = reach * first
+        for length in range(1, k - len(path) + 1):
+            if chance < self.floor:
+                break
+            insort(chances, chance, key=neg)
+            spent += d if length > 1 else 0.0
+            if best_prefix(chances[:self.max_nodes], self.costs, spent)[1] > now:
+                return True
+            chance *= following
+        return False
+
+    def _merge(self, tree: TokenTree, drafted: Draft) -> None:
+        """Add the model's nodes; each one's chance is its parent's (as the tree has it now,
+        lookup's or the model's) times the model's calibrated own. Note its chain of first
+        choices for `observe`."""
+        last = -1
+        for i, (parent, info) in enumerate(zip(drafted.parents, drafted.info)):
+            if parent == last and info.top:
+                self._model_chain.append(drafted.tokens[i])
+                last = i
+        where: list[int] = []
+        for token, parent, info in zip(drafted.tokens, drafted.parents, drafted.info):
+            above = -1 if parent == -1 else where[parent]
+            base = 1.0 if above == -1 else tree.nodes[above].chance
+            chance = base * self.acceptance.chance(info.source, info.bucket, info.score)
+            where.append(tree.add(above, token, chance, info))
+
+    def _chain(self, tree: TokenTree, context: Sequence[int], k: int, sampling: Sampling,
+               generator: torch.Generator) -> Draft:
+        """For rejection sampling: lookup's most likely path, or the model's sampled chain."""
+        chain = tree.best_path()
+        chances = [tree.nodes[i].chance for i in chain]
+        n, _ = best_prefix(chances, self.costs)
+        if self.model is None or (n and chances[0] >= self.acceptance.model_first):
+            return Draft.chain([tree.nodes[i].token for i in chain[:n]],
+                               info=[tree.nodes[i].info for i in chain[:n]])
+        length = chain_length(self.acceptance.model_next, self.costs, k)
+        return self.model.propose(context, length, sampling, generator) if length else Draft()
+
+    def observe(self, draft: Draft, accepted: Sequence[int], next_token: int) -> None:
+        """Calibrate each tested node's source, and how often the model's first choices (in
+        the verified tree or not) were the target's tokens."""
+        taken = set(accepted)
+        for node in draft.tested(accepted):
+            info = draft.info[node]
+            self.acceptance.observe(info.source, info.bucket, info.score, node in taken)
+        known = [draft.tokens[i] for i in accepted] + [next_token]  # the target's own tokens
+        chain = self._model_chain
+        if chain:
+            following = []
+            for i in range(1, min(len(chain), len(known))):
+                if chain[i - 1] != known[i - 1]:
+                    break
+                following.append(chain[i] == known[i])
+            self.acceptance.observe_model(chain[0] == known[0], following)

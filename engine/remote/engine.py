@@ -122,11 +122,14 @@ class RemoteEngine:
     def documents(self) -> int:
         return len(self._documents)
 
-    def set_document(self, doc_id: str, text: str) -> None:
-        self._documents.add(doc_id)  # no prompt lookup here: the server decodes
+    def set_document(self, doc_id: str, text: str, source: str = "document") -> None:
+        self._documents.add(doc_id)  # no lookup here: the server decodes
 
     def remove_document(self, doc_id: str) -> None:
         self._documents.discard(doc_id)
+
+    def remember(self, text: str, before: str = "") -> None:
+        pass  # the server drafts (or not) on its own
 
     def describe(self) -> dict:
         return {"kind": "remote", "dtype": "remote", "backend": "remote", "endpoint": self.endpoint.base,

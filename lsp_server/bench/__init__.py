@@ -25,7 +25,7 @@ from lsp_server.bench.peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable
 from lsp_server.bench.report import format_table, plot, summarize, write_json
 from lsp_server.bench.quality import format_quality, line_tasks, score
 from lsp_server.bench.quality import summarize as summarize_quality
-from lsp_server.bench.runner import Contender, Documents, EngineMode, Progress, run_all
+from lsp_server.bench.runner import Contender, Documents, EngineMode, Progress, rememberable, run_all
 from lsp_server.bench.sources import SOURCE_SUFFIXES, Sources, find_sources
 from lsp_server.bench.tasks import WORKLOADS, Task, build_tasks, prompt_tokens
 from lsp_server.engines import open_engine
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             {"copy_bandwidth_gb_s": round(copy_bandwidth_gb_s(), 2), "read_bandwidth_gb_s": round(read_bandwidth_gb_s(), 2)}),
         "settings": {"modes": [c.mode for c in contenders], "tasks_per_workload": args.tasks,
                      "max_new_tokens": args.max_new_tokens, "seed": args.seed, "context_chars": args.context_chars,
-                     "quality_lines": len(lines),
+                     "quality_lines": len(lines), "remembered_outputs": sum(rememberable(tasks)),
                      "hf_prompt_lookup_num_tokens": HF_LOOKUP_TOKENS if "hf-lookup" in modes else None},
         "sources": {"files": len(sources.files), "skipped": sources.skipped},
     }

@@ -22,6 +22,9 @@ class Run:
     drafted: int | None = None
     accepted: int | None = None
     cold: bool = False  # timed from an empty cache, prefill included
+    # (drafted, accepted) per drafting source (engine/drafters/base.py SOURCES), where known
+    by_source: dict[str, tuple[int, int]] | None = None
+    model_choices: tuple[int, int] = (0, 0)  # a draft model's first choices: (agreed, tested)
 
 
 def _first_line(text: str) -> str:
@@ -32,6 +35,23 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 4) if b else None
 
 
+def summarize_sources(runs: list[Run]) -> dict | None:
+    """Per drafting source: tokens drafted and accepted, accepted tokens per target pass (the
+    sources' shares add up to tok/pass less one) and acceptance; None where not known."""
+    if not runs or any(r.by_source is None for r in runs):
+        return None
+    passes = sum(r.passes or 0 for r in runs)
+    sources = sorted({s for r in runs for s in r.by_source})
+    out = {}
+    for source in sources:
+        drafted = sum(r.by_source.get(source, (0, 0))[0] for r in runs)
+        accepted = sum(r.by_source.get(source, (0, 0))[1] for r in runs)
+        out[source] = {"drafted": drafted, "accepted": accepted,
+                       "tokens_per_target_pass": _ratio(accepted, passes),
+                       "acceptance_rate": _ratio(accepted, drafted)}
+    return out
+
+
 def summarize_mode(runs: list[Run], ar: dict[int, Run], references: dict[int, str]) -> dict:
     """A mode's numbers; the comparisons with `ar` are None for `ar` itself (the baseline),
     and the acceptance rate is None when nothing was drafted."""
@@ -40,6 +60,7 @@ def summarize_mode(runs: list[Run], ar: dict[int, Run], references: dict[int, st
     passes = [r.passes for r in runs]
     drafted = None if None in (d := [r.drafted for r in runs]) else sum(d)
     baseline = all(ar[r.task] is r for r in runs)
+    sources = summarize_sources(runs)
     return {
         "completions": len(runs),
         "p50_ms": round(float(np.percentile(ms, 50)), 1),
@@ -56,6 +77,9 @@ def summarize_mode(runs: list[Run], ar: dict[int, Run], references: dict[int, st
         # How often the first line written is the one the file really has (a quality hint).
         "first_line_correct": _ratio(
             sum(_first_line(r.text) == _first_line(references[r.task]) for r in runs), len(runs)),
+        "sources": sources,
+        # How often the draft model's first choice was the target's token, where tested.
+        "agreement": _ratio(sum(r.model_choices[0] for r in runs), sum(r.model_choices[1] for r in runs)),
     }
 
 
@@ -105,7 +129,29 @@ def format_table(report: dict) -> str:
         if bandwidth and read:
             lines.append(f"ar reads the weights at {bandwidth:.1f} GB/s: {bandwidth / read:.0%} of this "
                          f"machine's measured read rate ({read:.1f} GB/s; copy rate {copy:.1f} GB/s)")
+        lines += _source_lines(data["modes"])
     return "\n".join(lines).lstrip("\n")
+
+
+def _source_lines(modes: dict) -> list[str]:
+    """Where the accepted tokens came from: per mode and source, accepted tokens per target pass
+    and the share of drafted tokens accepted; and the draft model's agreement (how often its
+    first choice was the target's token)."""
+    sources = sorted({s for m in modes.values() for s in (m.get("sources") or {})})
+    if not sources:
+        return []
+    lines = ["accepted tokens per target pass (acceptance) by source:",
+             f"{'mode':<12}" + "".join(f"{s:>18}" for s in sources) + f"{'agreement':>11}"]
+    for mode, m in modes.items():
+        if not m.get("sources"):
+            continue
+        cells = []
+        for source in sources:
+            n = m["sources"].get(source)
+            cells.append(f"{'-':>18}" if n is None else
+                         f"{n['tokens_per_target_pass']:>10.2f} ({_cell(n['acceptance_rate'], '.2f')})")
+        lines.append(f"{mode:<12}" + "".join(cells) + _cell(m.get("agreement"), "11.2f"))
+    return lines
 
 
 def write_json(report: dict, path: Path) -> None:

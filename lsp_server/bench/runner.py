@@ -19,6 +19,8 @@ from lsp_server.bench.report import Run
 from lsp_server.bench.sources import SourceFile
 from lsp_server.bench.tasks import Task
 
+REMEMBER_BEFORE = 200  # characters before a remembered output kept with it
+
 
 class Contender(Protocol):
     mode: str
@@ -51,7 +53,9 @@ class EngineMode:
         if self.remote:  # ids are not streamed: the server's count of tokens
             return Run(-1, self.mode, [0] * s.new_tokens, result.text, ms, s.new_tokens, None)
         emitted = s.new_tokens + (s.stop_reason == "eos")
-        return Run(-1, self.mode, result.tokens, result.text, ms, emitted, s.target_passes, s.drafted, s.accepted)
+        by_source = {source: (n, s.accepted_by_source.get(source, 0)) for source, n in s.drafted_by_source.items()}
+        return Run(-1, self.mode, result.tokens, result.text, ms, emitted, s.target_passes, s.drafted,
+                   s.accepted, by_source=by_source, model_choices=(s.model_agreed, s.model_tested))
 
 
 class Documents:
@@ -97,14 +101,24 @@ class Progress:
             print(line, file=sys.stderr, flush=True)
 
 
+def rememberable(tasks: list[Task], lines: int = 16) -> list[bool]:
+    """Which tasks' outputs may go into the session history for the tasks after them: not one
+    near another task of the same file, whose hidden continuation it could hold."""
+    return [not any(j != i and t.path == u.path and abs(t.line - u.line) <= lines
+                    for j, u in enumerate(tasks)) for i, t in enumerate(tasks)]
+
+
 def run_all(contenders: list[Contender], tasks: list[Task], prompts: list[list[int]], documents: Documents,
             max_new_tokens: int, caches: tuple[bool, ...], progress: Progress) -> list[Run]:
-    """Every task in every contender (and cache state)."""
+    """Every task in every contender (and cache state). After each task its output (ar's, which
+    every exact mode equals) is remembered as session history, as the server remembers a
+    suggestion it showed, where `rememberable` allows."""
     documents.hide(tasks[0].path)
     for c in contenders:  # warm-up: first calls pay for allocations and lazy initialisation
         for cold in caches:
             c.run(prompts[0], min(8, max_new_tokens), cold)
     runs: list[Run] = []
+    remember = rememberable(tasks)
     for i, (task, prompt) in enumerate(zip(tasks, prompts)):
         documents.hide(task.path)
         shift = i % len(contenders)
@@ -114,4 +128,7 @@ def run_all(contenders: list[Contender], tasks: list[Task], prompts: list[list[i
                 r.task, r.mode, r.cold = i, c.mode, cold
                 runs.append(r)
                 progress.step(f"{task.workload} {c.mode}{' cold' if cold else ''}")
+        if remember[i]:
+            shown = next(r for r in runs if r.task == i and r.mode == contenders[0].mode)
+            documents.engine.remember(shown.text, before=task.prefix[-REMEMBER_BEFORE:])
     return runs

@@ -1,0 +1,93 @@
+"""Drafting choices follow measured costs: on this CPU (wide passes and draft tokens cost real
+time) the model runs only where lookup has little and trees stay small; with a GPU's costs
+(every width about one pass, draft tokens nearly free) the same policy runs the model beside
+lookup and verifies wide trees."""
+from collections.abc import Sequence
+
+import torch
+
+from engine.calibrate import Calibration
+from engine.draft_length import Acceptance, PassCosts
+from engine.drafters.base import Draft, NodeInfo
+from engine.drafters.draft_model import DraftModel
+from engine.drafters.hybrid import Hybrid
+from engine.drafters.lookup import Lookup
+from engine.engine import _exact_width
+from engine.api import Sampling
+from tests.tiny_models import random_llama
+
+CPU = PassCosts([0.0] + [1.0 + 0.2 * (w - 1) for w in range(1, 26)], draft_cost=0.33)
+GPU = PassCosts([0.0] + [1.0 + 0.002 * (w - 1) for w in range(1, 26)], draft_cost=0.01)
+DOCUMENT = list(range(100, 140))
+
+
+class ScriptedModel:
+    """A draft model that proposes a fixed chain, each token with probability 0.8 given the last."""
+
+    reads_prefix = False
+
+    def __init__(self, chain: list[int]):
+        self.chain, self.calls, self.backend = chain, 0, None
+
+    def behind(self, context: Sequence[int]) -> int:
+        return 1
+
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling, generator, prefix=()) -> Draft:
+        self.calls += 1
+        return Draft.chain(self.chain[:k], info=[NodeInfo("model", 2, 0.8)] * min(k, len(self.chain)))
+
+
+def drafter(costs: PassCosts) -> tuple[Hybrid, ScriptedModel]:
+    lookup = Lookup()
+    lookup.set_document("doc", DOCUMENT)
+    model = ScriptedModel([7, 8, 9, 10, 11, 12, 13, 14])
+    return Hybrid(lookup, model, costs, Acceptance()), model
+
+
+def propose(hybrid: Hybrid, context: list[int]) -> Draft:
+    return hybrid.propose(context, 24, Sampling(), torch.Generator())
+
+
+def test_the_model_runs_where_lookup_has_nothing_on_either_machine():
+    for costs in (CPU, GPU):
+        hybrid, model = drafter(costs)
+        draft = propose(hybrid, [1, 2, 3])
+        assert model.calls == 1 and draft.tokens[:2] == [7, 8]
+
+
+def test_beside_a_short_lookup_match_the_model_runs_only_where_its_tokens_are_cheap():
+    context = [1, 50] + DOCUMENT[:3]  # lookup's match is 3 tokens long: likely, not sure
+    cpu, cpu_model = drafter(CPU)
+    gpu, gpu_model = drafter(GPU)
+    cpu_draft, gpu_draft = propose(cpu, context), propose(gpu, context)
+    assert cpu_draft.tokens[:1] == DOCUMENT[3:4]
+    assert cpu_model.calls == 0 and {i.source for i in cpu_draft.info} == {"document"}
+    assert gpu_model.calls == 1 and {i.source for i in gpu_draft.info} == {"document", "model"}
+    assert len(gpu_draft) > len(cpu_draft)  # wide passes are cheap there: more of the tree
+
+
+def test_beside_a_long_lookup_match_no_machine_runs_the_model():
+    """Lookup is then nearly sure: a model pass cannot add what its time would cost."""
+    for costs in (CPU, GPU):
+        hybrid, model = drafter(costs)
+        draft = propose(hybrid, [1] + DOCUMENT[:20])
+        assert model.calls == 0 and draft.tokens[:3] == DOCUMENT[20:23]
+
+
+def test_a_draft_models_chains_and_siblings_follow_the_costs():
+    backend = random_llama(seed=4, vocab=16)
+    chains = {}
+    for name, costs in (("cpu", CPU), ("gpu", GPU)):
+        model = DraftModel(backend, siblings=3)
+        model.tune(costs)
+        chains[name] = model.propose([1, 2, 3, 4], 12, Sampling(), torch.Generator())
+    assert len(chains["gpu"]) > len(chains["cpu"])
+    assert not chains["gpu"].is_chain  # unsure levels get the next tokens as leaves
+
+
+def test_trees_stay_within_the_widths_that_round_like_plain_decoding():
+    """Where calibration chose a bf16 copy for wide passes (faster there), a wider tree would be
+    verified with other rounding: the engine keeps trees narrower than that."""
+    mixed = Calibration(pass_cost=[], prefill_tokens_per_s=1.0, kernel_by_width=["native"] * 13 + ["bf16"] * 13)
+    assert _exact_width(mixed, 33) == 12
+    assert _exact_width(Calibration(pass_cost=[], prefill_tokens_per_s=1.0, kernel_by_width=["native"] * 26), 33) == 33
