@@ -62,7 +62,7 @@ class DraftlineServer(LanguageServer):
             "lastLatencyMs": self.metrics.last_latency_ms,
             "acceptanceRate": self.metrics.acceptance_rate,
             # The kernels chosen on this machine (engine/calibrate.py).
-            "prefillKernel": cal and cal["prefill_kernel"],
+            "prefillKernel": cal and cal["plan"]["prefill"],
             "prefillTokensPerS": cal and round(cal["prefill_tokens_per_s"])})
 
     @property
