@@ -54,6 +54,7 @@ class TextPieces:
     CHARS = 4
     add_bos = False
     bos_id = None
+    repo = None  # files go in as comments: the served model's special tokens are not known here
 
     def __init__(self, fim: FimTexts | None = None):
         self.fim = FimTokens(fim.prefix, fim.suffix, fim.middle) if fim else None

@@ -1,0 +1,196 @@
+"""Which parts of the repository go into the prompt for the line at the cursor, best first:
+
+1. definitions (outlines: lsp_server/outline.py) of the names used near the cursor, then of the
+   names the file imports; a file the import names comes first, then files nearer the current
+   one in the tree;
+2. the regions of the other open documents edited last;
+3. chunks of the other open documents similar to the code around the cursor.
+
+Deterministic for the same files and cursor. The work is bounded whatever the workspace's size:
+a table of which file defines which name (a regex per file, kept as files change) picks the
+candidates, and at most MAX_OUTLINED files are outlined per choice."""
+from __future__ import annotations
+
+import builtins
+import keyword
+import re
+import threading
+from collections import deque
+from dataclasses import dataclass
+from itertools import count
+from pathlib import PurePosixPath
+
+from lsp_server.context import Block, Cursor, neighbourhood, similar_snippets
+from lsp_server.outline import defined_names, imports, outline
+
+MAX_OUTLINED = 24  # files outlined per choice
+MAX_NAMES = 32  # names looked up per choice, nearest first
+FILES_PER_NAME = 2  # a name defined in several files: the likeliest two
+EDITS_PER_DOCUMENT = 4  # the ring of edited line ranges kept per document
+EDIT_MARGIN = 2  # lines shown around an edited range
+NEAR_LINES = 8  # lines around the cursor whose names count as near
+
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_PYTHON = (".py", ".pyi")
+# Names whose definitions say nothing about this repository.
+_COMMON = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins)) | {"self", "cls"}
+
+
+class Repository:
+    """The workspace files the index accepts ({path: text}, paths relative to the root), the
+    names each seems to define, and the line ranges edited last in each document. Fed from the
+    index's thread and read from the model's: a lock keeps the two apart."""
+
+    def __init__(self, name: str = ""):
+        self.name = name  # the project's folder name
+        self._texts: dict[str, str] = {}
+        self._defines: dict[str, set[str]] = {}  # name -> paths
+        self._edits: dict[str, deque] = {}  # path -> (stamp, first, last) ring
+        self._stamps = count()
+        self._lock = threading.Lock()
+
+    def set(self, path: str, text: str) -> None:
+        with self._lock:
+            self._forget(path)
+            self._texts[path] = text
+            for name in defined_names(text):
+                self._defines.setdefault(name, set()).add(path)
+
+    def remove(self, path: str) -> None:
+        with self._lock:
+            self._forget(path)
+
+    def _forget(self, path: str) -> None:
+        text = self._texts.pop(path, None)
+        for name in defined_names(text) if text is not None else ():
+            paths = self._defines.get(name)
+            if paths is not None:
+                paths.discard(path)
+                if not paths:
+                    del self._defines[name]
+
+    def text(self, path: str) -> str | None:
+        return self._texts.get(path)
+
+    def defining(self, name: str) -> set[str]:
+        with self._lock:
+            return set(self._defines.get(name, ()))
+
+    def edited(self, path: str, first: int, last: int) -> None:
+        """Lines first..last of document `path` were just edited; typing on along the same
+        lines widens the last range rather than filling the ring."""
+        with self._lock:
+            ring = self._edits.setdefault(path, deque(maxlen=EDITS_PER_DOCUMENT))
+            if ring and ring[-1][1] - 1 <= last and first <= ring[-1][2] + 1:
+                _, a, b = ring.pop()
+                first, last = min(a, first), max(b, last)
+            ring.append((next(self._stamps), first, last))
+
+    def recent_edits(self) -> list[tuple[str, int, int]]:
+        """(path, first line, last line) of the edited ranges, the latest first."""
+        with self._lock:
+            stamped = [(s, path, a, b) for path, ring in self._edits.items() for s, a, b in ring]
+        return [(path, a, b) for _, path, a, b in sorted(stamped, reverse=True)]
+
+    def forget_edits(self, path: str) -> None:
+        with self._lock:
+            self._edits.pop(path, None)
+
+
+@dataclass(frozen=True)
+class Choice:
+    blocks: list[Block]  # best first
+    outlined: int  # files outlined to choose them (the work done)
+
+
+def names_near(cursor: Cursor) -> tuple[str, ...]:
+    """Identifiers around the cursor, nearest first: the whole words of the cursor's line
+    (not the one being typed, so the set stays put while a word grows), then the lines above
+    and below. Builtins and keywords are left out."""
+    line = re.sub(r"\w+$", "", cursor.line_before)
+    above = cursor.prefix.split("\n")[:-1][-NEAR_LINES:]
+    below = cursor.following_lines(NEAR_LINES // 2)
+    found = _WORD.findall(line)[::-1]
+    for text in [*reversed(above), *below]:
+        found += _WORD.findall(text)
+    return tuple(n for n in dict.fromkeys(found) if n not in _COMMON and len(n) > 1)
+
+
+def module_paths(module: str, importer: str) -> tuple[str, ...]:
+    """Where a module imported by the file `importer` may be: paths relative to the root for a
+    relative import, path tails for an absolute one (a src/ layout still matches)."""
+    level = len(module) - len(module.lstrip("."))
+    parts = [p for p in module.lstrip(".").split(".") if p]
+    if level:
+        parents = PurePosixPath(importer).parents
+        if level > len(parents):
+            return ()
+        stem = parents[level - 1].joinpath(*parts)
+        return (f"{stem}/__init__.py",) if not parts else (f"{stem}.py", f"{stem}/__init__.py")
+    stem = "/".join(parts)
+    return (f"{stem}.py", f"{stem}/__init__.py") if parts else ()
+
+
+def _matches(path: str, candidates: tuple[str, ...]) -> bool:
+    return any(path == c or path.endswith("/" + c) for c in candidates)
+
+
+def _closeness(path: str, current: str) -> int:
+    """Folders the two paths share: a sibling file is likelier than a far one."""
+    shared = 0
+    for a, b in zip(PurePosixPath(path).parts[:-1], PurePosixPath(current).parts[:-1]):
+        if a != b:
+            break
+        shared += 1
+    return shared
+
+
+def choose(path: str, cursor: Cursor, others: dict[str, str], repository: Repository,
+           names: tuple[str, ...]) -> Choice:
+    """The repository's context for the document `path` at `cursor`, best first. `others`:
+    the other open documents' live texts; `names`: names_near(cursor)."""
+    text = cursor.prefix + cursor.suffix
+    own = defined_names(text)
+    imported = imports(text) if path.endswith(_PYTHON) else []
+    source = {name: imp.module for imp in imported for name in imp.names}
+    wanted = [n for n in dict.fromkeys([*names, *source]) if n not in own and n not in _COMMON][:MAX_NAMES]
+
+    open_defines: dict[str, set[str]] = {}
+    for other, other_text in others.items():
+        for name in defined_names(other_text):
+            open_defines.setdefault(name, set()).add(other)
+
+    blocks, seen, outlined = [], set(), 0
+    for name in wanted:
+        home = module_paths(source[name], path) if name in source else ()
+        candidates = sorted((open_defines.get(name, set()) | repository.defining(name)) - {path},
+                            key=lambda p: (not _matches(p, home), -_closeness(p, path), p))
+        found = 0
+        for candidate in candidates:
+            if found == FILES_PER_NAME or outlined == MAX_OUTLINED:
+                break
+            candidate_text = others[candidate] if candidate in others else repository.text(candidate)
+            if candidate_text is None:
+                continue
+            outlined += 1
+            definition = outline(candidate_text, candidate.endswith(_PYTHON)).find(name)
+            if definition is not None:
+                found += 1
+                if (candidate, definition.text) not in seen:
+                    seen.add((candidate, definition.text))
+                    blocks.append(Block(candidate, definition.text))
+    blocks += _edited_regions(path, others, repository)
+    blocks += [Block(name, chunk) for name, chunk in similar_snippets(neighbourhood(cursor), others)]
+    return Choice(blocks, outlined)
+
+
+def _edited_regions(path: str, others: dict[str, str], repository: Repository) -> list[Block]:
+    """The ranges edited last in the other open documents (the current one is in the window)."""
+    blocks = []
+    for other, first, last in repository.recent_edits():
+        if other != path and other in others:
+            lines = others[other].split("\n")
+            region = "\n".join(lines[max(0, first - EDIT_MARGIN):last + 1 + EDIT_MARGIN]).strip("\n")
+            if region.strip():
+                blocks.append(Block(other, region))
+    return blocks
