@@ -33,7 +33,7 @@ NEAR_LINES = 8  # lines around the cursor whose names count as near
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _PYTHON = (".py", ".pyi")
 # Names whose definitions say nothing about this repository.
-_COMMON = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins)) | {"self", "cls"}
+COMMON_NAMES = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins)) | {"self", "cls"}
 
 
 class Repository:
@@ -113,7 +113,7 @@ def names_near(cursor: Cursor) -> tuple[str, ...]:
     found = _WORD.findall(line)[::-1]
     for text in [*reversed(above), *below]:
         found += _WORD.findall(text)
-    return tuple(n for n in dict.fromkeys(found) if n not in _COMMON and len(n) > 1)
+    return tuple(n for n in dict.fromkeys(found) if n not in COMMON_NAMES and len(n) > 1)
 
 
 def module_paths(module: str, importer: str) -> tuple[str, ...]:
@@ -153,7 +153,7 @@ def choose(path: str, cursor: Cursor, others: dict[str, str], repository: Reposi
     own = defined_names(text)
     imported = imports(text) if path.endswith(_PYTHON) else []
     source = {name: imp.module for imp in imported for name in imp.names}
-    wanted = [n for n in dict.fromkeys([*names, *source]) if n not in own and n not in _COMMON][:MAX_NAMES]
+    wanted = [n for n in dict.fromkeys([*names, *source]) if n not in own and n not in COMMON_NAMES][:MAX_NAMES]
 
     open_defines: dict[str, set[str]] = {}
     for other, other_text in others.items():
