@@ -33,6 +33,11 @@ class Definition:
     name: str
     text: str  # its outline, indented as in the file
     members: frozenset[str] = frozenset()  # a class's methods and attributes
+    signature: str = ""  # its decorators and `def`/`class` line(s) alone (default: text)
+
+    @property
+    def header(self) -> str:
+        return self.signature or self.text
 
 
 @dataclass(frozen=True)
@@ -40,10 +45,15 @@ class Outline:
     definitions: tuple[Definition, ...]
     parsed: bool  # by ast (else by the regex fallback)
 
-    def find(self, name: str) -> Definition | None:
-        """The definition of `name`, else the class that has a member `name`."""
+    def find(self, name: str, member: bool = False) -> Definition | None:
+        """The definition of `name`, else (`member`: it is used as an attribute) the class
+        that has a member `name`."""
         return (next((d for d in self.definitions if d.name == name), None)
-                or next((d for d in self.definitions if name in d.members), None))
+                or member and next((d for d in self.definitions if name in d.members), None) or None)
+
+    def summary(self) -> str:
+        """A module's public names at a glance: the header of each definition."""
+        return "\n".join(d.header for d in self.definitions if not d.name.startswith("_"))
 
 
 @dataclass(frozen=True)
@@ -55,13 +65,14 @@ class Import:
 _cache: OrderedDict[tuple[bytes, bool], Outline] = OrderedDict()
 
 
-def outline(text: str, python: bool) -> Outline:
-    """The outline of a file's text (`python`: try `ast` first), cached by content hash."""
+def outline(text: str, python: bool, name: str = "") -> Outline:
+    """The outline of a file's text (`python`: try `ast` first), cached by content hash;
+    `name` is for the log."""
     key = (hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), python)
     if (found := _cache.get(key)) is not None:
         _cache.move_to_end(key)
         return found
-    result = _python_outline(text) if python else None
+    result = _python_outline(text, name) if python else None
     _cache[key] = result = result or _text_outline(text)
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)
@@ -92,20 +103,22 @@ def _text_outline(text: str) -> Outline:
                          for m, n in zip(_DEFINES.findall(text), starts)), parsed=False)
 
 
-def _python_outline(text: str) -> Outline | None:
+def _python_outline(text: str, name: str) -> Outline | None:
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        log.debug("outline: not valid Python, using the regex fallback")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        log.info("outline: %s is not valid Python (%s): its def/class lines stand in", name or "a file", exc)
         return None
     lines = text.split("\n")
     definitions = []
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            definitions.append(Definition(node.name, "\n".join(_function(node, lines))))
+            definitions.append(Definition(node.name, "\n".join(_function(node, lines)),
+                                          signature="\n".join(_header(node, lines))))
         elif isinstance(node, ast.ClassDef):
             body, members = _class(node, lines)
-            definitions.append(Definition(node.name, "\n".join(body), frozenset(members)))
+            definitions.append(Definition(node.name, "\n".join(body), frozenset(members),
+                                          "\n".join(_header(node, lines))))
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             for name in _assigned(node):
                 definitions.append(Definition(name, lines[node.lineno - 1].rstrip()[:_LINE_CHARS]))

@@ -24,13 +24,13 @@ from lsp_server.context import Block, Cursor, neighbourhood, similar_snippets
 from lsp_server.outline import defined_names, imports, outline
 
 MAX_OUTLINED = 24  # files outlined per choice
-MAX_NAMES = 32  # names looked up per choice, nearest first
 FILES_PER_NAME = 2  # a name defined in several files: the likeliest two
 EDITS_PER_DOCUMENT = 4  # the ring of edited line ranges kept per document
 EDIT_MARGIN = 2  # lines shown around an edited range
 NEAR_LINES = 8  # lines around the cursor whose names count as near
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
+_ATTRIBUTE = re.compile(r"\.\s*([A-Za-z_]\w*)")
 _PYTHON = (".py", ".pyi")
 # Names whose definitions say nothing about this repository.
 COMMON_NAMES = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins)) | {"self", "cls"}
@@ -72,6 +72,10 @@ class Repository:
     def text(self, path: str) -> str | None:
         return self._texts.get(path)
 
+    def paths(self) -> list[str]:
+        with self._lock:
+            return sorted(self._texts)
+
     def defining(self, name: str) -> set[str]:
         with self._lock:
             return set(self._defines.get(name, ()))
@@ -103,15 +107,20 @@ class Choice:
     outlined: int  # files outlined to choose them (the work done)
 
 
-def names_near(cursor: Cursor) -> tuple[str, ...]:
-    """Identifiers around the cursor, nearest first: the whole words of the cursor's line
-    (not the one being typed, so the set stays put while a word grows), then the lines above
-    and below. Builtins and keywords are left out."""
-    line = re.sub(r"\w+$", "", cursor.line_before)
+def _near(cursor: Cursor) -> list[str]:
+    """The text around the cursor, nearest first: the cursor's line up to its last whole word
+    (not the one being typed, so that it stays put while a word grows), the lines above from
+    the nearest, then the lines below."""
     above = cursor.prefix.split("\n")[:-1][-NEAR_LINES:]
-    below = cursor.following_lines(NEAR_LINES // 2)
+    return [re.sub(r"\w+$", "", cursor.line_before), *reversed(above), *cursor.following_lines(NEAR_LINES // 2)]
+
+
+def names_near(cursor: Cursor) -> tuple[str, ...]:
+    """Identifiers around the cursor, nearest first (the cursor's line from the cursor back);
+    builtins and keywords are left out."""
+    line, *rest = _near(cursor)
     found = _WORD.findall(line)[::-1]
-    for text in [*reversed(above), *below]:
+    for text in rest:
         found += _WORD.findall(text)
     return tuple(n for n in dict.fromkeys(found) if n not in COMMON_NAMES and len(n) > 1)
 
@@ -153,7 +162,9 @@ def choose(path: str, cursor: Cursor, others: dict[str, str], repository: Reposi
     own = defined_names(text)
     imported = imports(text) if path.endswith(_PYTHON) else []
     source = {name: imp.module for imp in imported for name in imp.names}
-    wanted = [n for n in dict.fromkeys([*names, *source]) if n not in own and n not in COMMON_NAMES][:MAX_NAMES]
+    wanted = [n for n in dict.fromkeys([*names, *source]) if n not in own and n not in COMMON_NAMES]
+    # `x.name`: name may be a method or attribute of a class defined elsewhere.
+    attributes = set(_ATTRIBUTE.findall("\n".join(_near(cursor))))
 
     open_defines: dict[str, set[str]] = {}
     for other, other_text in others.items():
@@ -166,6 +177,14 @@ def choose(path: str, cursor: Cursor, others: dict[str, str], repository: Reposi
         candidates = sorted((open_defines.get(name, set()) | repository.defining(name)) - {path},
                             key=lambda p: (not _matches(p, home), -_closeness(p, path), p))
         found = 0
+        if not candidates and name in source and outlined < MAX_OUTLINED:  # `from . import module`
+            module = source[name] + ("" if source[name].endswith(".") else ".") + name
+            where = module_paths(module, path)
+            home = next((p for p in [*others, *repository.paths()] if _matches(p, where)), None)
+            home_text = home and (others[home] if home in others else repository.text(home))
+            if home_text:
+                outlined += 1
+                blocks.append(Block(home, outline(home_text, home.endswith(_PYTHON), home).summary()))
         for candidate in candidates:
             if found == FILES_PER_NAME or outlined == MAX_OUTLINED:
                 break
@@ -173,7 +192,7 @@ def choose(path: str, cursor: Cursor, others: dict[str, str], repository: Reposi
             if candidate_text is None:
                 continue
             outlined += 1
-            definition = outline(candidate_text, candidate.endswith(_PYTHON)).find(name)
+            definition = outline(candidate_text, candidate.endswith(_PYTHON), candidate).find(name, name in attributes)
             if definition is not None:
                 found += 1
                 if (candidate, definition.text) not in seen:

@@ -16,6 +16,7 @@ at a spot, prefill timed) and again at once (warm: its prompt in the KV cache).
 """
 from __future__ import annotations
 
+import ast
 import random
 import re
 import threading
@@ -75,6 +76,19 @@ def _defined_elsewhere(sources: list[SourceFile]) -> dict[str, set[Path]]:
     return where
 
 
+def _string_lines(source: SourceFile) -> set[int]:
+    """0-based lines inside a Python file's multi-line strings (docstrings): prose, not code."""
+    if source.path.suffix not in (".py", ".pyi"):
+        return set()
+    try:
+        tree = ast.parse(source.text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    return {n for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.end_lineno > node.lineno
+            for n in range(node.lineno - 1, node.end_lineno)}
+
+
 def line_tasks(sources: list[SourceFile], count: int, seed: int) -> dict[str, list[LineTask]]:
     """Up to `count` lines of code (not comments or imports) per workload, the same for the
     same seed and files: cross-file lines use a name another file defines, in-file ones not."""
@@ -83,10 +97,12 @@ def line_tasks(sources: list[SourceFile], count: int, seed: int) -> dict[str, li
     candidates: dict[str, list] = {w: [] for w in WORKLOADS}
     for source in sources:
         own = defined_names(source.text)
+        prose = _string_lines(source)
         lines = source.text.split("\n")
         for number, line in enumerate(lines):
             code = line.strip()
-            if number == 0 or len(code) < _MIN_CHARS or code.startswith(("#", "//", "/*", "*", "import ", "from ")):
+            if (number == 0 or len(code) < _MIN_CHARS or number in prose
+                    or code.startswith(("#", "//", "/*", "*", "import ", "from "))):
                 continue
             names = set(_WORD.findall(code)) - COMMON_NAMES - own
             cross = any(where.get(name, set()) - {source.path} for name in names)
