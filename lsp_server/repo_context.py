@@ -21,7 +21,7 @@ from itertools import count
 from pathlib import PurePosixPath
 
 from lsp_server.context import Block, Cursor, neighbourhood, similar_snippets
-from lsp_server.outline import defined_names, imports, outline
+from lsp_server.outline import Outline, defined_names, imports, outline
 
 MAX_OUTLINED = 24  # files outlined per choice
 FILES_PER_NAME = 2  # a name defined in several files: the likeliest two
@@ -154,6 +154,21 @@ def _closeness(path: str, current: str) -> int:
     return shared
 
 
+class _Outlines:
+    """The outlines of the files one choice reads, at most MAX_OUTLINED of them; open
+    documents' live texts win over the files on disk."""
+
+    def __init__(self, others: dict[str, str], repository: Repository):
+        self.others, self.repository, self.count = others, repository, 0
+
+    def __call__(self, path: str) -> Outline | None:
+        text = self.others[path] if path in self.others else self.repository.text(path)
+        if text is None or self.count == MAX_OUTLINED:
+            return None
+        self.count += 1
+        return outline(text, path.endswith(_PYTHON), path)
+
+
 def choose(path: str, cursor: Cursor, others: dict[str, str], repository: Repository,
            names: tuple[str, ...]) -> Choice:
     """The repository's context for the document `path` at `cursor`, best first. `others`:
@@ -165,42 +180,41 @@ def choose(path: str, cursor: Cursor, others: dict[str, str], repository: Reposi
     wanted = [n for n in dict.fromkeys([*names, *source]) if n not in own and n not in COMMON_NAMES]
     # `x.name`: name may be a method or attribute of a class defined elsewhere.
     attributes = set(_ATTRIBUTE.findall("\n".join(_near(cursor))))
-
     open_defines: dict[str, set[str]] = {}
     for other, other_text in others.items():
         for name in defined_names(other_text):
             open_defines.setdefault(name, set()).add(other)
 
-    blocks, seen, outlined = [], set(), 0
+    read, blocks = _Outlines(others, repository), []
     for name in wanted:
-        home = module_paths(source[name], path) if name in source else ()
-        candidates = sorted((open_defines.get(name, set()) | repository.defining(name)) - {path},
-                            key=lambda p: (not _matches(p, home), -_closeness(p, path), p))
-        found = 0
-        if not candidates and name in source and outlined < MAX_OUTLINED:  # `from . import module`
+        defining = (open_defines.get(name, set()) | repository.defining(name)) - {path}
+        if defining:
+            home = module_paths(source[name], path) if name in source else ()
+            ranked = sorted(defining, key=lambda p: (not _matches(p, home), -_closeness(p, path), p))
+            blocks += _definitions(name, ranked, read, name in attributes)
+        elif name in source:  # `from package import module`: what the module offers
             module = source[name] + ("" if source[name].endswith(".") else ".") + name
             where = module_paths(module, path)
-            home = next((p for p in [*others, *repository.paths()] if _matches(p, where)), None)
-            home_text = home and (others[home] if home in others else repository.text(home))
-            if home_text:
-                outlined += 1
-                blocks.append(Block(home, outline(home_text, home.endswith(_PYTHON), home).summary()))
-        for candidate in candidates:
-            if found == FILES_PER_NAME or outlined == MAX_OUTLINED:
-                break
-            candidate_text = others[candidate] if candidate in others else repository.text(candidate)
-            if candidate_text is None:
-                continue
-            outlined += 1
-            definition = outline(candidate_text, candidate.endswith(_PYTHON), candidate).find(name, name in attributes)
-            if definition is not None:
-                found += 1
-                if (candidate, definition.text) not in seen:
-                    seen.add((candidate, definition.text))
-                    blocks.append(Block(candidate, definition.text))
+            found = next((p for p in [*others, *repository.paths()] if _matches(p, where)), None)
+            if found is not None and (summary := read(found)) is not None:
+                blocks.append(Block(found, summary.summary()))
+    blocks = list(dict.fromkeys(blocks))  # a class found for two of its members: once
     blocks += _edited_regions(path, others, repository)
-    blocks += [Block(name, chunk) for name, chunk in similar_snippets(neighbourhood(cursor), others)]
-    return Choice(blocks, outlined)
+    blocks += similar_snippets(neighbourhood(cursor), others)
+    return Choice(blocks, read.count)
+
+
+def _definitions(name: str, files: list[str], read: _Outlines, member: bool) -> list[Block]:
+    """The definitions of `name` in the likeliest FILES_PER_NAME of `files` (likeliest first)."""
+    blocks = []
+    for candidate in files:
+        if len(blocks) == FILES_PER_NAME or read.count == MAX_OUTLINED:
+            break
+        found = read(candidate)
+        definition = found.find(name, member) if found is not None else None
+        if definition is not None:
+            blocks.append(Block(candidate, definition.text))
+    return blocks
 
 
 def _edited_regions(path: str, others: dict[str, str], repository: Repository) -> list[Block]:

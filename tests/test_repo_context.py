@@ -202,3 +202,14 @@ def test_the_real_models_repository_format_is_used():
                     "<|file_sep|>shop/util.py\ndef f(): ...\n<|file_sep|>shop/checkout.py\n"
                     "<|fim_prefix|>x = <|fim_suffix|>\ny = 1\n<|fim_middle|>")
     assert build_prompt(Cursor("x = ", "\n"), tok, 32768)[0] == tok.fim.prefix  # no other files: plain FIM
+
+
+def test_the_regions_edited_last_in_other_open_documents_come_in():
+    repository = Repository()
+    repository.edited("a.py", 10, 10)
+    repository.edited("a.py", 11, 11)  # typing on: the same range grows
+    repository.edited("b.py", 3, 3)
+    assert repository.recent_edits() == [("b.py", 3, 3), ("a.py", 10, 11)]
+    others = {"b.py": "\n".join(f"line{i}" for i in range(10))}
+    blocks = choose("a.py", Cursor("x = 1\n", ""), others, repository, ()).blocks
+    assert blocks == [Block("b.py", "line1\nline2\nline3\nline4\nline5")]  # a.py is the window's

@@ -118,7 +118,7 @@ def _tasks(args: argparse.Namespace, sources: Sources) -> tuple[list[Task], dict
     ids: dict[str, list[int]] = {}
     for workload in WORKLOADS if args.workload == "all" else (args.workload,):
         found = build_tasks(sources.files, workload, args.tasks, args.seed, args.context_chars)
-        if not found:
+        if not found and args.tasks:
             _say(f"no {workload} tasks found in these files")
             continue
         ids[workload] = list(range(len(tasks), len(tasks) + len(found)))
