@@ -197,11 +197,22 @@ def test_the_real_models_repository_format_is_used():
     assert tok.repo is not None and tok.fim is not None
     blocks = [Block("shop/models.py", "class Basket:\n    owner: str"), Block("shop/util.py", "def f(): ...")]
     ids = build_prompt(Cursor("x = ", "\ny = 1\n"), tok, 32768, blocks, path="shop/checkout.py", repo_name="shop_repo")
-    text = tok._hf.decode(ids, skip_special_tokens=False)
-    assert text == ("<|repo_name|>shop_repo\n<|file_sep|>shop/models.py\nclass Basket:\n    owner: str\n"
-                    "<|file_sep|>shop/util.py\ndef f(): ...\n<|file_sep|>shop/checkout.py\n"
-                    "<|fim_prefix|>x = <|fim_suffix|>\ny = 1\n<|fim_middle|>")
+    seps = [i for i, t in enumerate(ids) if t == tok.repo.file_sep]
+    assert ids[0] == tok.repo.name and len(seps) == 3 and ids[seps[-1]:].count(tok.fim.prefix) == 1
+    assert tok.decode(ids[seps[0] + 1:seps[1]]) == "shop/models.py\nclass Basket:\n    owner: str\n"
+    assert tok.decode(ids[seps[2] + 1:ids.index(tok.fim.prefix)]) == "shop/checkout.py\n"
     assert build_prompt(Cursor("x = ", "\n"), tok, 32768)[0] == tok.fim.prefix  # no other files: plain FIM
+
+
+def test_a_served_qwen_gets_the_repository_format_as_text():
+    """With --endpoint and the served model's tokenizer, the special tokens go as their names."""
+    from engine.remote.engine import Endpoint, RemoteEngine
+
+    tok = load_tokenizer(model_path(REAL))
+    engine = RemoteEngine(Endpoint.parse("http://127.0.0.1:9"), local_tokenizer=tok)
+    ids = build_prompt(Cursor("x = ", "\n"), tok, 32768, [Block("m.py", "def f(): ...")], path="a.py", repo_name="r")
+    assert engine.prompt_text(ids) == ("<|repo_name|>r\n<|file_sep|>m.py\ndef f(): ...\n<|file_sep|>a.py\n"
+                                       "<|fim_prefix|>x = <|fim_suffix|>\n<|fim_middle|>")
 
 
 def test_the_regions_edited_last_in_other_open_documents_come_in():
@@ -213,3 +224,4 @@ def test_the_regions_edited_last_in_other_open_documents_come_in():
     others = {"b.py": "\n".join(f"line{i}" for i in range(10))}
     blocks = choose("a.py", Cursor("x = 1\n", ""), others, repository, ()).blocks
     assert blocks == [Block("b.py", "line1\nline2\nline3\nline4\nline5")]  # a.py is the window's
+
