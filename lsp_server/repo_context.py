@@ -31,6 +31,7 @@ NEAR_LINES = 8  # lines around the cursor whose names count as near
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _ATTRIBUTE = re.compile(r"\.\s*([A-Za-z_]\w*)")
+_IMPORT_STATEMENT = re.compile(r"^[ \t]*(?:from[ \t]+\S+[ \t]+import[ \t]*\([^)]*\)|(?:from|import)\b[^\n]*)", re.M)
 _PYTHON = (".py", ".pyi")
 # Names whose definitions say nothing about this repository.
 COMMON_NAMES = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins)) | {"self", "cls"}
@@ -140,6 +141,21 @@ def module_paths(module: str, importer: str) -> tuple[str, ...]:
     return (f"{stem}.py", f"{stem}/__init__.py") if parts else ()
 
 
+def _without_imports(text: str) -> str:
+    """`text` with its import statements blanked out (same length: positions still hold)."""
+    return _IMPORT_STATEMENT.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), text)
+
+
+def _distance(name: str, before: str, after: str) -> tuple[int, str]:
+    """Characters from the cursor to the nearest use of `name` in the code `before` and
+    `after` it, then the name: the same order for the same text."""
+    uses = re.compile(rf"\b{re.escape(name)}\b")
+    distances = [len(before) - m.end() for m in uses.finditer(before)]
+    if (first := uses.search(after)) is not None:
+        distances.append(first.start())
+    return min(distances, default=len(before) + len(after)), name
+
+
 def _matches(path: str, candidates: tuple[str, ...]) -> bool:
     return any(path == c or path.endswith("/" + c) for c in candidates)
 
@@ -177,9 +193,16 @@ def choose(path: str, cursor: Cursor, others: dict[str, str], repository: Reposi
     own = defined_names(text)
     imported = imports(text) if path.endswith(_PYTHON) else []
     source = {name: imp.module for imp in imported for name in imp.names}
-    wanted = [n for n in dict.fromkeys([*names, *source]) if n not in own and n not in COMMON_NAMES]
     # `x.name`: name may be a method or attribute of a class defined elsewhere.
     attributes = set(_ATTRIBUTE.findall("\n".join(_near(cursor))))
+    if path.endswith(_PYTHON):
+        # A Python name from elsewhere is imported (or an attribute of what is): the other
+        # names near the cursor are local. The imported ones nearest the cursor come first.
+        before, after = _without_imports(cursor.prefix), _without_imports(cursor.suffix)
+        wanted = sorted({n for n in names if n in attributes} | source.keys(), key=lambda n: _distance(n, before, after))
+    else:
+        wanted = list(names)
+    wanted = [n for n in wanted if n not in own and n not in COMMON_NAMES]
     open_defines: dict[str, set[str]] = {}
     for other, other_text in others.items():
         for name in defined_names(other_text):

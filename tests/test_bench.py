@@ -22,7 +22,7 @@ from lsp_server.outline import outline
 FIXTURE = Path(__file__).parent / "fixtures" / "bench_repo"
 SOURCES = {"src/colors.js", "src/test_units.py", "src/units.py"}  # what git would not ignore
 TASKS = 3
-QUALITY = 3
+QUALITY = 2  # per workload, each with and without the repository context
 MODE_KEYS = {"p50_ms", "p95_ms", "tokens_per_s", "tokens_per_target_pass", "acceptance_rate",
              "speedup_vs_ar", "identical_to_ar"}
 
@@ -146,7 +146,7 @@ def test_bench_prints_a_table_progress_and_a_plot(bench):
     assert "skipped 1 binary, 1 unreadable file(s)" in bench["stderr"]
     steps = 4 * TASKS * 3 + 2 * QUALITY * 2 * 3  # latency: 2 workloads x warm/cold; quality: 2 x 2 contexts
     assert f"{steps}/{steps}" in bench["stderr"]  # the progress bar's last step
-    assert "quality: next line (3 cross-file, 3 in-file lines of your code)" in bench["stdout"]
+    assert f"quality: next line ({QUALITY} cross-file, {QUALITY} in-file lines of your code)" in bench["stdout"]
     assert "COLD: empty cache, prefill timed" in bench["stdout"]
     assert "accepted tokens per target pass (acceptance) by source:" in bench["stdout"]
     assert bench["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
