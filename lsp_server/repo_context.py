@@ -1,8 +1,9 @@
 """Which parts of the repository go into the prompt for the line at the cursor, best first:
 
-1. definitions (outlines: lsp_server/outline.py) of the names used near the cursor, then of the
-   names the file imports; a file the import names comes first, then files nearer the current
-   one in the tree;
+1. definitions (outlines: lsp_server/outline.py) of the names from elsewhere, nearest use to
+   the cursor first: in Python the names the file imports and the attributes (`x.name`) used
+   near the cursor (its other names are local), in other languages the names used near the
+   cursor; a file the import names comes first, then files nearer the current one in the tree;
 2. the regions of the other open documents edited last;
 3. chunks of the other open documents similar to the code around the cursor.
 
