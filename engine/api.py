@@ -65,6 +65,7 @@ class Completion:
 class PromptTokenizer(Protocol):
     """What prompt assembly needs of a tokenizer (engine/tokenization/tokenizer.py, or a remote stand-in)."""
     fim: object | None  # FimTokens(prefix, suffix, middle) ids, or None without FIM
+    repo: object | None  # RepoTokens(name, file_sep) ids of a repository format, or None
     add_bos: bool
 
     def encode(self, text: str) -> list: ...

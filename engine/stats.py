@@ -51,6 +51,11 @@ class Stats:
         return self.model_agreed / self.model_tested if self.model_tested else None
 
     @property
+    def new_prompt_tokens(self) -> int:
+        """Prompt tokens prefilled by this call: not reused from the KV cache."""
+        return self.prompt_tokens - self.reused_tokens
+
+    @property
     def tokens_per_pass(self) -> float:
         return self.new_tokens / self.target_passes if self.target_passes else 0.0
 
@@ -59,5 +64,6 @@ class Stats:
         return asdict(self) | {
             "acceptance_rate": round(self.acceptance_rate, 4),
             "tokens_per_target_pass": round(self.tokens_per_pass, 4),
+            "new_prompt_tokens": self.new_prompt_tokens,
             "agreement": None if agreement is None else round(agreement, 4),
         }

@@ -75,6 +75,7 @@ def run_complete(args: argparse.Namespace) -> int:
     from lsp_server.engines import open_engine
     from lsp_server.files import display_name
     from lsp_server.options import Settings
+    from lsp_server.repo_context import Repository
     from lsp_server.suggester import Suggester, cursor_at, plan
 
     text = _read_text(args.file)
@@ -86,15 +87,15 @@ def run_complete(args: argparse.Namespace) -> int:
     if not cursor.prefix:
         raise SystemExit("lsp_server: nothing before the cursor to complete from")
     settings = Settings(mode=args.mode, maxTokens=args.max_new_tokens, multiline=args.multiline)
-    where = plan(str(args.file), text, args.line, args.col, settings)
+    root = Path.cwd()
+    where = plan(str(args.file), text, args.line, args.col, settings, display_name(args.file.resolve(), root))
     if where is None and not args.raw:
         raise SystemExit("lsp_server: no suggestion here: an editor shows none with text right of the cursor")
-    root = Path.cwd()
     others = {display_name(path.resolve(), root): _read_text(path) for path in args.context}
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     try:
         engine = open_engine(model_settings(args))
-        suggester = Suggester(engine, settings, lambda uri: others)
+        suggester = Suggester(engine, settings, lambda uri: others, repository=Repository(root.name))
         for doc_id, doc in [(str(args.file), text), *others.items()]:
             engine.set_document(doc_id, doc)
         if args.raw:

@@ -116,6 +116,11 @@ OPTIONS: tuple[Option, ...] = (
            minimum=0),
     # Wait before starting a generation; a newer keystroke cancels the wait.
     Option("debounceMs", float, 0, "ms to wait before generating; a newer keystroke cancels it", minimum=0),
+    # Put the repository's context in the prompt (lsp_server/repo_context.py): definitions of
+    # the names near the cursor and of those the file imports, recent edits, similar chunks.
+    # false: only chunks of the open documents similar to the cursor's surroundings.
+    Option("repoContext", bool, True, "repository context in the prompt: definitions of the names used near "
+           "the cursor, recent edits, similar code (docs/context.md)"),
     # Offer completions at all (also toggled by the draftline.toggle command).
     Option("enabled", bool, True, "offer completions"),
 )

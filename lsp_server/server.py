@@ -24,6 +24,7 @@ from lsp_server.metrics import Metrics
 from lsp_server.protocol import AnsweringProtocol
 from lsp_server.scheduler import Job, Scheduler, Superseded
 from lsp_server.options import Settings, merge, model_settings
+from lsp_server.repo_context import Repository
 from lsp_server.suggester import REMEMBER_BEFORE, Plan, Suggester, Suggestion, plan as plan_at
 from lsp_server.typed_through import TypedThroughCache
 from lsp_server.workspace import WorkspaceIndex
@@ -52,6 +53,7 @@ class DraftlineServer(LanguageServer):
         self.threads: int | None = None  # torch threads (--threads)
         self.root: Path | None = None
         self.index: WorkspaceIndex | None = None
+        self.repository = Repository()  # the workspace's files for the prompt's repository context
         self._pending_index: dict[str, asyncio.TimerHandle] = {}
 
     # --- status and model -----------------------------------------------------------------
@@ -92,7 +94,8 @@ class DraftlineServer(LanguageServer):
             if self.settings.model_key() == s.model_key():
                 break
         self.engine, self._load_error, self._load_running = engine, error, False
-        self.suggester = engine and Suggester(engine, self.settings, self.shareable_documents)
+        self.suggester = engine and Suggester(engine, self.settings, self.shareable_documents,
+                                              repository=self.repository)
         self._failure = engine and engine.problem
         if self._failure:
             log.warning("%s", self._failure)
@@ -121,11 +124,14 @@ class DraftlineServer(LanguageServer):
             self.index.replay()
 
     def _unindex_file(self, uri: str) -> None:
+        self.repository.remove(self._name(uri))
         if self.engine is not None:
             self.engine.remove_document(uri)
 
     def _index_file(self, uri: str, text: str) -> None:
-        # An open document's live text wins over the file on disk.
+        # An open document's live text wins over the file on disk (here, and where the
+        # repository context picks a file).
+        self.repository.set(self._name(uri), text)
         if self.engine is not None and uri not in self.workspace.text_documents:
             self.engine.set_document(uri, text)
 
@@ -167,6 +173,7 @@ class DraftlineServer(LanguageServer):
         """Forget what was kept for an open document; the workspace's copy of the file, if it
         has one, takes over in the engine."""
         self.typed.forget(uri)
+        self.repository.forget_edits(self._name(uri))
         if self.suggester is not None:
             self.suggester.forget(uri)
         if (handle := self._pending_index.pop(uri, None)) is not None:
@@ -189,7 +196,7 @@ class DraftlineServer(LanguageServer):
         if doc is None or suggester is None:
             return None, []  # unknown document, or still loading (or failed): answer at once
         suggester.settings = settings = self.settings
-        plan = plan_at(uri, doc.source, position.line, position.character, settings)
+        plan = plan_at(uri, doc.source, position.line, position.character, settings, self._name(uri))
         if plan is None:
             self.typed.forget(uri)
             return None, []
@@ -274,6 +281,7 @@ def initialize(ls: DraftlineServer, params: types.InitializeParams) -> None:
     root_uri = folders[0].uri if folders else params.root_uri
     if root_uri and root_uri.startswith("file:"):
         ls.root = Path(to_fs_path(root_uri)).resolve()
+        ls.repository.name = ls.root.name
 
 
 @server.feature(types.INITIALIZED)
@@ -300,7 +308,12 @@ def did_open(ls: DraftlineServer, params: types.DidOpenTextDocumentParams) -> No
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def did_change(ls: DraftlineServer, params: types.DidChangeTextDocumentParams) -> None:
-    ls.index_later(params.text_document.uri)
+    uri = params.text_document.uri
+    for change in params.content_changes:
+        if isinstance(change, types.TextDocumentContentChangePartial):  # not a whole new text
+            first = change.range.start.line
+            ls.repository.edited(ls._name(uri), first, first + change.text.count("\n"))
+    ls.index_later(uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)

@@ -2,8 +2,9 @@
 `complete` and `bench --quality` all call.
 
     position (UTF-16) -> cursor -> plan (suggest here? one line or a block?)
-      -> prompt (window around the cursor, snippets of other documents, FIM; a shorter window
-         where a cold cache would take too long to prefill)
+      -> prompt (other files first: the repository's context, else similar chunks of open
+         documents; then the window around the cursor, FIM; a shorter window and no other
+         files where a cold cache would take too long to prefill)
       -> engine.complete (on the caller's model thread) -> clean-up against what follows
 """
 from __future__ import annotations
@@ -15,8 +16,10 @@ from dataclasses import dataclass
 from engine.api import CompletionEngine, Request, Sampling
 from engine.stats import Stats
 from lsp_server import postprocess
-from lsp_server.context import WINDOW_STEP_LINES, Budget, Cursor, build_prompt, snippets
+from lsp_server.context import (
+    WINDOW_STEP_LINES, Block, Budget, Cursor, build_prompt, fit, neighbourhood, similar_snippets)
 from lsp_server.options import Settings
+from lsp_server.repo_context import Repository, choose, names_near
 
 # The most a request at a new spot may spend prefilling. A larger window's prompt is
 # prefilled in the background once typing pauses, for the requests after it.
@@ -54,16 +57,20 @@ class Plan:
     uri: str
     cursor: Cursor
     multiline: bool
+    path: str  # the document's name in prompts: relative to the workspace's root
 
 
-def plan(uri: str, text: str, line: int, character: int, settings: Settings) -> Plan | None:
-    """Whether and how to suggest at an LSP position of document `uri` (its `text`)."""
+def plan(uri: str, text: str, line: int, character: int, settings: Settings,
+         path: str | None = None) -> Plan | None:
+    """Whether and how to suggest at an LSP position of document `uri` (its `text`, named
+    `path` in prompts, else by its uri)."""
     cursor = cursor_at(text, line, character)
     if cursor is None or not settings.enabled or not cursor.prefix.strip():
         return None
     if not postprocess.may_suggest(cursor.line_after):
         return None
-    return Plan(uri, cursor, postprocess.is_multiline(cursor.line_before, cursor.line_after, settings.multiline))
+    return Plan(uri, cursor, postprocess.is_multiline(cursor.line_before, cursor.line_after, settings.multiline),
+                uri if path is None else path)
 
 
 @dataclass
@@ -77,45 +84,56 @@ class Suggestion:
 
 class Suggester:
     def __init__(self, engine: CompletionEngine, settings: Settings, others: Others,
-                 budget: Budget = Budget(), cold_prefill_s: float = COLD_PREFILL_S):
+                 budget: Budget = Budget(), cold_prefill_s: float = COLD_PREFILL_S,
+                 repository: Repository | None = None):
         self.engine = engine
         self.settings = settings  # replaced by the server when its settings change
         self.others = others
         self.budget = budget
         self.cold_prefill_s = cold_prefill_s
-        self._snippets: dict[str, tuple[int, str]] = {}  # uri -> (prefix window block, header)
+        self.repository = repository or Repository()  # the workspace's files (none: open documents only)
+        self._context: dict[str, tuple[tuple, list[Block]]] = {}  # uri -> (what it was chosen for, blocks)
 
     def forget(self, uri: str) -> None:
-        self._snippets.pop(uri, None)
+        self._context.pop(uri, None)
 
-    def snippets_for(self, plan: Plan) -> str:
-        """Similar chunks of other documents, recomputed only when the prefix window moves,
-        so the prompt's start (and the KV cache) survives typing."""
-        block = plan.cursor.prefix.count("\n") // WINDOW_STEP_LINES
-        cached = self._snippets.get(plan.uri)
-        if cached is not None and cached[0] == block:
+    def context_for(self, plan: Plan) -> list[Block]:
+        """Other files' pieces for the prompt, chosen again only when the prefix window moves
+        or the names near the cursor change: the prompt's start (and the KV cache) survives
+        typing."""
+        repo = bool(self.settings.repoContext)
+        names = names_near(plan.cursor) if repo else ()
+        key = (plan.cursor.prefix.count("\n") // WINDOW_STEP_LINES, repo, names)
+        cached = self._context.get(plan.uri)
+        if cached is not None and cached[0] == key:
             return cached[1]
-        header = snippets(plan.cursor, self.others(plan.uri), self.engine.tokenizer, self.budget)
-        self._snippets[plan.uri] = (block, header)
-        return header
+        others = self.others(plan.uri)
+        if repo:
+            picked = choose(plan.path, plan.cursor, others, self.repository, names).blocks
+        else:
+            picked = similar_snippets(neighbourhood(plan.cursor), others)
+        blocks = fit(picked, self.engine.tokenizer, self.budget.repo_tokens if repo else self.budget.snippet_tokens)
+        self._context[plan.uri] = (key, blocks)
+        return blocks
 
-    def prompt_for(self, cursor: Cursor, header: str) -> tuple[str | list[int], str | list[int] | None]:
+    def prompt_for(self, cursor: Cursor, blocks: list[Block], path: str = ""
+                   ) -> tuple[str | list[int], str | list[int] | None]:
         """The prompt for this request, and the full-window prompt to prefill later when this
         one had to be shortened (None when it is the full one): a cold 2k-token file on a slow
         CPU would otherwise wait a long time for its first suggestion."""
-        engine = self.engine
-        full = build_prompt(cursor, engine.tokenizer, engine.max_len, header, self.budget)
+        engine, name = self.engine, self.repository.name
+        full = build_prompt(cursor, engine.tokenizer, engine.max_len, blocks, self.budget, path, name)
         if engine.prefill_seconds(full) <= self.cold_prefill_s:
             return full, None
         fits = int(engine.prefill_tokens_per_s() * self.cold_prefill_s)
-        cold = Budget(prefix_tokens=max(32, fits * 4 // 5), suffix_tokens=fits // 5, snippet_tokens=0)
-        return build_prompt(cursor, engine.tokenizer, engine.max_len, "", cold), full
+        cold = Budget(prefix_tokens=max(32, fits * 4 // 5), suffix_tokens=fits // 5)
+        return build_prompt(cursor, engine.tokenizer, engine.max_len, (), cold, path, name), full
 
     def generate(self, plan: Plan, cancel: threading.Event, sampling: Sampling = Sampling(),
                  on_prefilled: Callable[[], None] | None = None) -> Suggestion:
         """Run the model for `plan` (call on the model thread) and clean its text."""
         settings, cursor = self.settings, plan.cursor
-        prompt, full = self.prompt_for(cursor, self.snippets_for(plan))
+        prompt, full = self.prompt_for(cursor, self.context_for(plan), plan.path)
         request = Request(settings.maxTokens, postprocess.stop_rule(plan.multiline, cursor.line_before),
                           sampling, cancel, on_prefilled)
         result = self.engine.complete(prompt, request, settings.mode)

@@ -29,20 +29,29 @@ class WorkspaceIndex:
         self._gitignore = GitIgnore(self.root)
         self._observer: Observer | None = None
         self.indexed: set[str] = set()
+        self.skipped: dict[Path, str] = {}  # files refused for what they hold, and why (logged once)
 
     def accepts(self, path: Path) -> bool:
         """May this file be indexed (and so have its text sent to the model)?"""
         try:
             rel = path.resolve().relative_to(self.root)
-        except ValueError:
+        except ValueError:  # outside the root
+            return False
+        except (OSError, RuntimeError):  # a symlink loop
+            self._skip(path, "a symlink loop")
             return False
         if any(part in SKIP_DIRS for part in rel.parts[:-1]) or is_secret(rel.name):
             return False
         return not self._gitignore.ignored(self.root / rel)
 
     def update(self, path: Path) -> None:
-        uri = path.resolve().as_uri()
-        text = read_text(path, MAX_BYTES)[0] if self.accepts(path) and path.is_file() else None
+        text, why = read_text(path, MAX_BYTES) if self.accepts(path) and path.is_file() else (None, "")
+        if why:
+            self._skip(path, why)
+        try:
+            uri = path.resolve().as_uri()
+        except (OSError, RuntimeError):  # a symlink loop: never indexed
+            return
         if text is None:
             if uri in self.indexed:
                 self.indexed.discard(uri)
@@ -50,6 +59,11 @@ class WorkspaceIndex:
             return
         self.indexed.add(uri)
         self._on_set(uri, text)
+
+    def _skip(self, path: Path, why: str) -> None:
+        if self.skipped.get(path) != why:
+            self.skipped[path] = why
+            log.info("workspace index: skipping %s: %s", path, why)
 
     def replay(self) -> None:
         """Feed every indexed file again (to a new engine), in a background thread."""
@@ -61,13 +75,17 @@ class WorkspaceIndex:
         """Index everything (in a background thread), then follow changes."""
         threading.Thread(target=self._scan_and_watch, name="draftline-index", daemon=True).start()
 
-    def _scan_and_watch(self) -> None:
+    def scan(self) -> None:
+        """Index the files under the root (up to MAX_FILES)."""
         for n, path in enumerate(p for p in self._gitignore.walk() if self.accepts(p)):
             if n >= MAX_FILES:
                 log.warning("workspace index: stopped at %d files", MAX_FILES)
                 break
             self.update(path)
         log.info("workspace index: %d files from %s", len(self.indexed), self.root)
+
+    def _scan_and_watch(self) -> None:
+        self.scan()
         observer = Observer()
         observer.schedule(_Events(self), str(self.root), recursive=True)
         observer.daemon = True

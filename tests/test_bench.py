@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import re
 import shutil
 from difflib import SequenceMatcher
 from pathlib import Path
@@ -16,11 +17,12 @@ from lsp_server.bench.sources import find_sources
 from lsp_server.bench.quality import edit_similarity, line_tasks
 from lsp_server.bench.tasks import build_tasks
 from lsp_server.cli import main
+from lsp_server.outline import outline
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bench_repo"
 SOURCES = {"src/colors.js", "src/test_units.py", "src/units.py"}  # what git would not ignore
 TASKS = 3
-QUALITY = 3
+QUALITY = 2  # per workload, each with and without the repository context
 MODE_KEYS = {"p50_ms", "p95_ms", "tokens_per_s", "tokens_per_target_pass", "acceptance_rate",
              "speedup_vs_ar", "identical_to_ar"}
 
@@ -142,9 +144,9 @@ def test_bench_prints_a_table_progress_and_a_plot(bench):
     assert "no drafts" in bench["stdout"] and "baseline" in bench["stdout"]
     assert "fresh: 3 tasks" in bench["stdout"] and "repetitive: 3 tasks" in bench["stdout"]
     assert "skipped 1 binary, 1 unreadable file(s)" in bench["stderr"]
-    steps = 4 * TASKS * 3 + QUALITY * 3  # latency: 2 workloads x warm/cold; quality
+    steps = 4 * TASKS * 3 + 2 * QUALITY * 2 * 3  # latency: 2 workloads x warm/cold; quality: 2 x 2 contexts
     assert f"{steps}/{steps}" in bench["stderr"]  # the progress bar's last step
-    assert "quality: next line, 3 lines of your code" in bench["stdout"]
+    assert f"quality: next line ({QUALITY} cross-file, {QUALITY} in-file lines of your code)" in bench["stdout"]
     assert "COLD: empty cache, prefill timed" in bench["stdout"]
     assert "accepted tokens per target pass (acceptance) by source:" in bench["stdout"]
     assert bench["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -192,21 +194,41 @@ def test_default_modes_skip_peers_that_cannot_run_with_one_line_each(capsys):
 
 def test_quality_scores_every_mode_alike_in_fp32(bench):
     quality = bench["report"]["quality"]
-    assert set(quality) == {"ar", "lookup", "hybrid"} and bench["report"]["settings"]["quality_lines"] == QUALITY
-    for mode, numbers in quality.items():
-        assert numbers["tasks"] == QUALITY and 0 < numbers["p50_ms"] <= numbers["p95_ms"]
-        assert 0.0 <= numbers["exact_match"] <= numbers["edit_similarity"] <= 1.0
-        # the same text as plain decoding, so the same scores
-        assert numbers["same_as_baseline"] == (None if mode == "ar" else 1.0)
-        assert (numbers["exact_match"], numbers["edit_similarity"]) == (
-            quality["ar"]["exact_match"], quality["ar"]["edit_similarity"])
+    assert bench["report"]["settings"]["quality_lines"] == {"cross-file": QUALITY, "in-file": QUALITY}
+    assert set(quality) == {"cross-file", "in-file"}
+    for contexts in quality.values():
+        assert set(contexts) == {"repo", "none"}
+        for modes in contexts.values():
+            assert set(modes) == {"ar", "lookup", "hybrid"}
+            for mode, numbers in modes.items():
+                assert numbers["tasks"] == QUALITY and 0 < numbers["warm_p50_ms"] and 0 < numbers["cold_p50_ms"]
+                assert 0.0 <= numbers["exact_match"] <= numbers["edit_similarity"] <= 1.0
+                # the warm request reuses its prompt from the KV cache
+                assert numbers["warm_new_prompt_tokens"] < numbers["prompt_tokens"] / 10
+                # the same text as plain decoding, so the same scores
+                assert numbers["same_as_baseline"] == (None if mode == "ar" else 1.0)
+                assert (numbers["exact_match"], numbers["edit_similarity"]) == (
+                    modes["ar"]["exact_match"], modes["ar"]["edit_similarity"])
+    # the other files' definitions make the cross-file prompts longer
+    cross = quality["cross-file"]
+    assert cross["repo"]["ar"]["prompt_tokens"] > cross["none"]["ar"]["prompt_tokens"]
+
+
+def test_cross_file_lines_use_a_name_another_file_defines(repo):
+    sources = find_sources([repo])
+    tasks = line_tasks(sources.files, 5, seed=3)
+    defined = {f.path: {d.name for d in outline(f.text, f.path.suffix == ".py").definitions} for f in sources.files}
+    assert len(tasks["cross-file"]) == len(tasks["in-file"]) == 5
+    for task in tasks["cross-file"]:
+        elsewhere = set().union(*(names for path, names in defined.items() if path != task.path))
+        assert (set(re.findall(r"\w+", task.expected)) - defined[task.path]) & elsewhere, task.expected
 
 
 def test_quality_tasks_remove_one_line_after_its_indentation(repo):
     sources = find_sources([repo])
     tasks = line_tasks(sources.files, 5, seed=3)
-    assert len(tasks) == 5 and tasks == line_tasks(sources.files, 5, seed=3)
-    for task in tasks:
+    assert tasks == line_tasks(sources.files, 5, seed=3)
+    for task in tasks["cross-file"] + tasks["in-file"]:
         original = next(f.text for f in sources.files if f.path == task.path).split("\n")
         edited = task.text.split("\n")
         assert edited[task.line] == original[task.line][:task.column] and not edited[task.line].strip()

@@ -243,14 +243,14 @@ def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_e
     cursor = Cursor(text[:cut] + "def dedent(", text[cut + len("def dedent("):])
     engine.forget_cache()
     suggester = Suggester(engine, Settings(), lambda uri: {})
-    prompt, full = suggester.prompt_for(cursor, header="")
+    prompt, full = suggester.prompt_for(cursor, [])
     assert full is not None and len(engine.prompt_tokens(full)) > 4 * rate
     assert len(engine.prompt_tokens(prompt)) <= rate * COLD_PREFILL_S
     assert engine.prefill_seconds(prompt) <= COLD_PREFILL_S
     assert engine.prompt_tokens(prompt)[-5:] == engine.prompt_tokens(full)[-5:]  # same cursor
     # Once the full window is cached (the background extension), it is used.
     engine.prefill(engine.prompt_tokens(full))
-    assert suggester.prompt_for(cursor, header="") == (full, None)
+    assert suggester.prompt_for(cursor, []) == (full, None)
 
 
 def test_an_unusable_cache_directory_costs_time_not_the_model(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from engine.tokenization.tokenizer import Tokenizer
 from lsp_server.context import (
-    WINDOW_STEP_LINES, Budget, Cursor, build_prompt, prefix_window, similar_snippets)
+    WINDOW_STEP_LINES, Block, Budget, Cursor, build_prompt, prefix_window, similar_snippets)
 from tests.code_samples import stdlib_text
 
 
@@ -43,8 +43,9 @@ def test_plain_prefix_for_models_without_fim(fp32_engine):
     cursor = Cursor("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n")
     assert tok.fim is None  # the embedded model has no FIM tokens
     assert build_prompt(cursor, tok, 8192) == cursor.prefix
-    assert build_prompt(cursor, tok, 8192, snippets="# other.py\nx = 1\n\n").startswith("# other.py")
-    assert build_prompt(cursor, tok, 1024, snippets="# other.py\n") == cursor.prefix  # small context
+    other = [Block("other.py", "x = 1")]
+    assert build_prompt(cursor, tok, 8192, other).startswith("# other.py\nx = 1\n\n")
+    assert build_prompt(cursor, tok, 1024, other) == cursor.prefix  # small context
 
 
 

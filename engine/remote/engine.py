@@ -54,6 +54,7 @@ class TextPieces:
     CHARS = 4
     add_bos = False
     bos_id = None
+    repo = None  # files go in as comments: the served model's special tokens are not known here
 
     def __init__(self, fim: FimTexts | None = None):
         self.fim = FimTokens(fim.prefix, fim.suffix, fim.middle) if fim else None
@@ -211,7 +212,8 @@ class RemoteEngine:
 
     def prompt_text(self, prompt: str | Sequence) -> str:
         """The text sent for a prompt built by context.build_prompt: a string as it is; token
-        ids with the FIM tokens written as their names and no BOS (the server adds its own)."""
+        ids with the FIM and repository tokens written as their names and no BOS (the server
+        adds its own)."""
         if isinstance(prompt, str):
             return prompt
         if self.local_tokenizer is None:
@@ -220,7 +222,7 @@ class RemoteEngine:
         ids = list(prompt)
         if tok.add_bos and ids and ids[0] == tok.bos_id:
             ids = ids[1:]
-        special = set(tok.fim.__dict__.values()) if tok.fim else set()
+        special = {i for tokens in (tok.fim, tok.repo) if tokens for i in tokens.__dict__.values()}
         out, run = [], []
         for i in ids:
             if i in special:

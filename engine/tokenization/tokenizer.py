@@ -20,6 +20,14 @@ class FimTokens:
     middle: int
 
 
+@dataclass(frozen=True)
+class RepoTokens:
+    """Qwen2.5-Coder's repository format: `<|repo_name|>name` then `<|file_sep|>path` before
+    each file's text."""
+    name: int
+    file_sep: int
+
+
 class Tokenizer:
     """Text <-> token ids, plus what generation needs: end tokens, FIM tokens and the BOS token.
 
@@ -38,6 +46,7 @@ class Tokenizer:
         self.tokens_in_use = self.vocab_size if tokens_in_use is None else tokens_in_use
         self.eos_ids = set(eos_ids)
         self.fim = fim or self._fim_by_name()
+        self.repo = self._repo_by_name()
         self.bos_id = bos_id
         self.add_bos = add_bos and bos_id is not None
         self._pieces = pieces
@@ -50,6 +59,10 @@ class Tokenizer:
         ids = [next((i for name in BY_KEY[key] if (i := self._hf.token_to_id(name)) is not None), None)
                for key in ("fim_pre", "fim_suf", "fim_mid")]
         return FimTokens(*ids) if None not in ids else None
+
+    def _repo_by_name(self) -> RepoTokens | None:
+        ids = [self._hf.token_to_id(name) for name in ("<|repo_name|>", "<|file_sep|>")]
+        return RepoTokens(*ids) if None not in ids else None
 
     def encode(self, text: str) -> list[int]:
         """Token ids of plain text: no BOS, special-token text not parsed."""

@@ -23,7 +23,7 @@ from engine.errors import EngineError
 from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwidth_gb_s
 from lsp_server.bench.peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
 from lsp_server.bench.report import format_table, plot, summarize, write_json
-from lsp_server.bench.quality import format_quality, line_tasks, score
+from lsp_server.bench.quality import CONTEXTS, format_quality, line_tasks, score
 from lsp_server.bench.quality import summarize as summarize_quality
 from lsp_server.bench.runner import Contender, Documents, EngineMode, Progress, rememberable, run_all
 from lsp_server.bench.sources import SOURCE_SUFFIXES, Sources, find_sources
@@ -52,8 +52,11 @@ def add_parser(sub) -> None:
     p.add_argument("--cold", action="store_true",
                    help="also time every task from an empty cache, prefill included")
     p.add_argument("--quality", type=int, default=0, metavar="N",
-                   help="also score N next-line completions of your code (exact match, edit similarity) "
-                        "through the server's suggestion path, in every mode")
+                   help="also score N next-line completions of your code per workload (lines using a name "
+                        "another file defines, other lines): exact match, edit similarity, through the "
+                        "server's suggestion path, in every mode")
+    p.add_argument("--context", choices=("repo", "none", "both"), default="both",
+                   help="with --quality: with the repository context, without it, or both (default)")
     p.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     p.add_argument("--plot", type=Path, default=None, help="draw latency per mode to this .png")
 
@@ -115,7 +118,7 @@ def _tasks(args: argparse.Namespace, sources: Sources) -> tuple[list[Task], dict
     ids: dict[str, list[int]] = {}
     for workload in WORKLOADS if args.workload == "all" else (args.workload,):
         found = build_tasks(sources.files, workload, args.tasks, args.seed, args.context_chars)
-        if not found:
+        if not found and args.tasks:
             _say(f"no {workload} tasks found in these files")
             continue
         ids[workload] = list(range(len(tasks), len(tasks) + len(found)))
@@ -145,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
         sources = _sources(args)
         tasks, workload_ids = _tasks(args, sources)
         lines = line_tasks(sources.files, args.quality, args.seed)
+        contexts = list(CONTEXTS) if args.context == "both" else [args.context]
+        quality_lines = sum(map(len, lines.values()))
         started = time.perf_counter()
         engine = open_engine(model_settings(args))
         if engine.problem:
@@ -162,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         raise _fail(str(exc)) from None
     _say(f"loaded in {time.perf_counter() - started:.1f} s (not timed); {len(tasks)} tasks x "
          f"{len(contenders)} modes: {', '.join(c.mode for c in contenders)}"
-         + (f"; {len(lines)} quality lines" if lines else ""))
+         + (f"; {quality_lines} quality lines" if quality_lines else ""))
     remote = described["kind"] == "remote"
     report = {
         "model": {"target": described.get("served_model") if remote else str(model_path), "draft": args.draft}
@@ -172,13 +177,14 @@ def run(args: argparse.Namespace) -> int:
             {"copy_bandwidth_gb_s": round(copy_bandwidth_gb_s(), 2), "read_bandwidth_gb_s": round(read_bandwidth_gb_s(), 2)}),
         "settings": {"modes": [c.mode for c in contenders], "tasks_per_workload": args.tasks,
                      "max_new_tokens": args.max_new_tokens, "seed": args.seed, "context_chars": args.context_chars,
-                     "quality_lines": len(lines), "remembered_outputs": sum(rememberable(tasks)),
+                     "quality_lines": {w: len(t) for w, t in lines.items()}, "quality_contexts": contexts,
+                     "remembered_outputs": sum(rememberable(tasks)),
                      "hf_prompt_lookup_num_tokens": HF_LOOKUP_TOKENS if "hf-lookup" in modes else None},
         "sources": {"files": len(sources.files), "skipped": sources.skipped},
     }
     caches = (False, True) if args.cold else (False,)
     engine_modes = [c.mode for c in contenders if c.mode not in PEER_MODES]
-    progress = Progress(len(tasks) * len(contenders) * len(caches) + len(lines) * len(engine_modes))
+    progress = Progress(len(tasks) * len(contenders) * len(caches) + quality_lines * len(contexts) * len(engine_modes))
     documents = Documents(engine, sources.files)
     try:
         if tasks:
@@ -189,14 +195,14 @@ def run(args: argparse.Namespace) -> int:
                 report[key] = summarize([r for r in runs if r.cold == cold], workload_ids, references,
                                         [c.mode for c in contenders], described.get("weight_bytes"),
                                         baseline=modes[0])
-        if lines:
-            scored = score(engine, engine_modes, lines, documents, Path.cwd(), progress.step)
+        if quality_lines:
+            scored = score(engine, engine_modes, lines, contexts, documents, sources.files, Path.cwd(), progress.step)
             report["quality"] = summarize_quality(scored, engine_modes, baseline=modes[0])
     except EngineError as exc:  # a remote server that stopped answering
         raise _fail(str(exc)) from None
     table = format_table(report) if tasks else ""
-    if lines:
-        table += format_quality(report["quality"], len(lines))
+    if quality_lines:
+        table += format_quality(report["quality"])
     sys.stdout.write(table.lstrip("\n") + "\n")  # the report is the command's output
     if args.json is not None:
         write_json(report, args.json)
