@@ -18,6 +18,7 @@ from lsp_server.bench.quality import edit_similarity, line_tasks
 from lsp_server.bench.tasks import build_tasks
 from lsp_server.cli import main
 from lsp_server.outline import outline
+from tests.models import SMALL
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bench_repo"
 SOURCES = {"src/colors.js", "src/test_units.py", "src/units.py"}  # what git would not ignore
@@ -47,7 +48,7 @@ def _bench(*argv: str) -> tuple[int, str, str]:
 def bench(repo, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench_out")
     rc, stdout, stderr = _bench(
-        str(repo), "--tasks", str(TASKS), "--max-new-tokens", "12", "--dtype", "fp32",
+        str(repo), "--model", SMALL, "--tasks", str(TASKS), "--max-new-tokens", "12", "--dtype", "fp32",
         "--threads", "2", "--seed", "1", "--modes", "lookup,hybrid", "--cold", "--quality", str(QUALITY),
         "--json", str(out / "bench.json"), "--plot", str(out / "bench.png"))
     return {"rc": rc, "stdout": stdout, "stderr": stderr,
