@@ -1,6 +1,9 @@
 """Measuring, on the machine it runs on, what the target's passes cost, and choosing kernels.
 
-- Prefill kernel: the torch backend can run prefill passes in its stored format ("native":
+The result is the backend's execution plan (engine/execution_plan.py): threads and kernel per
+pass width, and the prefill kernel.
+
+- Prefill kernel: the torch backend can run prefill passes in its stored format ("stored":
   the C decoder of engine/native/ where it runs, else torch's kernels) or in fp32 or bf16
   (engine/kernels.py). Which is fastest differs 5-10x between CPUs of the same family, so each
   candidate is timed (torch's on two layers).
@@ -33,12 +36,13 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.backends.base import PREFILL_CHUNK, Backend
+from engine.execution_plan import STORED, ExecutionPlan
 from engine.kernels import prefill_candidates
 from engine.user_cache import cache_dir, write_atomically
 
 log = logging.getLogger("draftline")
 
-FORMAT = 6  # bump when what is measured changes
+FORMAT = 7  # bump when what is measured changes
 _CONTEXT = 256  # cache length the pass costs are measured at
 # A decoding pass through the copy rounds differently from the one-token passes of plain
 # decoding, so speculative output may then differ from it at near-ties (identical_to_ar in
@@ -52,24 +56,25 @@ COPY_MARGIN = 1.25
 class Calibration:
     pass_cost: list[float]  # seconds per decoding pass by width (index = tokens; [0] unused)
     prefill_tokens_per_s: float  # a real prefill (of _CONTEXT tokens) with the chosen kernel
-    prefill_kernel: str = "native"
+    plan: ExecutionPlan = field(default_factory=ExecutionPlan)
     kernel_tokens_per_s: dict[str, float] = field(default_factory=dict)  # each candidate's rate
     prefill_copy: bool = False  # a resident copy of the matrices (in copy_kernel's dtype) is kept
     copy_kernel: str | None = None  # for prefill or for wide decoding passes
-    threads_by_width: list[int] | None = None
-    kernel_by_width: list[str] | None = None  # "native", or the prefill copy's kernel
 
     def apply(self, backend: Backend) -> None:
         if hasattr(backend, "use_prefill_kernel"):
             if self.copy_kernel:
                 backend.use_prefill_kernel(self.copy_kernel)
-            backend.use_prefill_kernel(self.prefill_kernel)
-            backend.threads_by_width = self.threads_by_width
-            backend.kernel_by_width = self.kernel_by_width
+            backend.use_prefill_kernel(self.plan.prefill)
+            backend.plan = self.plan
             backend.release_plain_layouts()
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Calibration:
+        return cls(**{**data, "plan": ExecutionPlan(**data["plan"])})
 
 
 def _median_time(run, repeats: int) -> float:
@@ -132,7 +137,7 @@ def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
     costs = {}
     for n in [max_threads, 1]:
         torch.set_num_threads(n)
-        backend.threads_by_width = None
+        backend.plan = ExecutionPlan()
         costs[n] = measure_pass_costs(backend, max_width, repeats=1, widths=(1, 4), context=0)
         if n == max_threads and (max_threads == 1 or costs[n][1] >= _SHORT_PASS):
             break
@@ -141,8 +146,7 @@ def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
     best = [min(threads, key=lambda n: costs[n][w]) for w in range(max_width + 1)]
     cal = Calibration(pass_cost=[costs[n][w] for w, n in enumerate(best)],
                       prefill_tokens_per_s=max_width / min(costs[n][max_width] for n in threads),
-                      kernel_tokens_per_s={}, threads_by_width=best + [max_threads],
-                      kernel_by_width=["native"] * (max_width + 1))
+                      plan=ExecutionPlan(threads=best + [max_threads]))
     cal.apply(backend)
     return cal
 
@@ -158,39 +162,39 @@ def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
         cal.kernel_tokens_per_s = time_prefill_kernels(
             backend, prefill_candidates(backend.dtype, backend.quant is not None))
         rates = cal.kernel_tokens_per_s
-        cal.prefill_kernel = max(rates, key=lambda k: rates[k] / (COPY_MARGIN if k != "native" else 1.0))
+        cal.plan.prefill = max(rates, key=lambda k: rates[k] / (COPY_MARGIN if k != STORED else 1.0))
         # The fastest copy is worth keeping even where prefill runs natively: wide decoding
         # passes may use it (measured below).
-        copy = max((k for k in rates if k != "native"), key=rates.get, default=None)
+        copy = max((k for k in rates if k != STORED), key=rates.get, default=None)
         cal.prefill_copy = copy is not None and backend.use_prefill_kernel(copy)
         cal.copy_kernel = copy if cal.prefill_copy else None
-        backend.use_prefill_kernel(cal.prefill_kernel)
+        backend.use_prefill_kernel(cal.plan.prefill)
     backend.truncate(0)
     context = min(_CONTEXT, backend.max_len)
     cal.prefill_tokens_per_s = context / _median_time(
         lambda: (backend.truncate(0), backend.forward([0] * context, logits=False)), 1)
-    if not hasattr(backend, "threads_by_width"):
+    if not hasattr(backend, "plan"):
         cal.pass_cost = measure_pass_costs(backend, max_width)
         return cal
     # Each width gets the fastest measured (threads, kernel): one-token passes are bound by
     # the bytes of the weights (the stored format), wide ones by arithmetic (where a resident
     # bf16 or fp32 copy can win).
-    kernels = ("native", cal.copy_kernel) if cal.copy_kernel else ("native",)
+    kernels = (STORED, cal.copy_kernel) if cal.copy_kernel else (STORED,)
     costs = {}
     for threads, kernel in itertools.product(sorted({1, max_threads}), kernels):
         torch.set_num_threads(threads)
-        backend.threads_by_width = [threads] * (max_width + 1) + [max_threads]
-        backend.kernel_by_width = [kernel] * (max_width + 1)
+        backend.plan = ExecutionPlan([threads] * (max_width + 1) + [max_threads], [kernel] * (max_width + 1),
+                                     cal.plan.prefill)
         costs[threads, kernel] = measure_pass_costs(backend, max_width)
     def cost(choice: tuple[int, str], width: int) -> float:
-        return costs[choice][width] * (COPY_MARGIN if choice[1] != "native" else 1.0)
+        return costs[choice][width] * (COPY_MARGIN if choice[1] != STORED else 1.0)
 
     best = [min(costs, key=lambda choice: cost(choice, w)) for w in range(max_width + 1)]
     # Prefill chunks (wider than any decoding pass) run on all cores.
-    cal.threads_by_width = [threads for threads, _ in best] + [max_threads]
-    cal.kernel_by_width = [kernel for _, kernel in best]
+    cal.plan = ExecutionPlan([threads for threads, _ in best] + [max_threads], [kernel for _, kernel in best],
+                             cal.plan.prefill)
     cal.pass_cost = [costs[choice][w] for w, choice in enumerate(best)]
-    if cal.copy_kernel not in cal.kernel_by_width + [cal.prefill_kernel]:  # unused: free it
+    if cal.copy_kernel not in cal.plan.kernels + [cal.plan.prefill]:  # unused: free it
         cal.copy_kernel, cal.prefill_copy = None, False
         backend.drop_copy()
     cal.apply(backend)
@@ -210,14 +214,14 @@ def load_or_measure(backend: Backend, max_width: int, max_threads: int, key: str
     """The calibration kept for `key` (machine, model, dtype), else a new one, kept."""
     try:
         path = cache_dir("calibration") / f"{key}-v{FORMAT}.json"
-        cal = Calibration(**json.loads(path.read_text()))
+        cal = Calibration.from_dict(json.loads(path.read_text()))
         if len(cal.pass_cost) == max_width + 1:
             cal.apply(backend)
             torch.set_num_threads(max_threads)
             if getattr(backend, "native", None) is None:  # C passes have nothing to set up
                 warm_up(backend, max_width)
             return cal
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, KeyError):
         pass  # absent or unreadable: measure again
     cal = measure(backend, max_width, max_threads)
     try:

@@ -12,6 +12,7 @@ from engine.backends.torch_llama import TorchLlama
 from engine.calibrate import Calibration, load_or_measure, measure_pass_costs
 from engine.decoding import Vocabulary, generate_autoregressive, generate_speculative
 from engine.draft_length import Acceptance, PassCosts
+from engine.execution_plan import ExecutionPlan
 from engine.draft_loading import EMBEDDED_DRAFT, load_embedded_draft
 from engine.drafters.base import ModelDrafter
 from engine.drafters.draft_model import DraftModel
@@ -117,7 +118,10 @@ class Engine:
                 # the C decoder of quantized models (engine/native/), where it runs
                 "native_decoder": getattr(self.target, "native", None) is not None,
                 "draft": type(self.draft).__name__ if self.draft else None,
-                "calibration": self.calibration.as_dict() if self.calibration else None}
+                "calibration": self.calibration.as_dict() if self.calibration else None,
+                # threads and kernel per pass width (engine/execution_plan.py), target then draft
+                "execution_plan": [b.plan.describe() if hasattr(b, "plan") else None
+                                   for b in [self.target] + ([self.draft.backend] if self.draft else [])]}
 
     def prefill_tokens_per_s(self) -> float:
         return self.calibration.prefill_tokens_per_s if self.calibration else float("inf")
@@ -210,7 +214,7 @@ def _exact_width(calibration: Calibration, widest: int) -> int:
     """The widest verification pass (at most `widest`) that runs the one-token pass's kernel:
     a pass through another (a bf16 copy chosen for wide passes where it measured faster)
     rounds differently, and its argmax could then differ from plain decoding's at a near-tie."""
-    kernels = calibration.kernel_by_width
+    kernels = calibration.plan.kernels
     if not kernels or len(kernels) < 2:
         return widest
     width = 1
@@ -222,16 +226,16 @@ def _exact_width(calibration: Calibration, widest: int) -> int:
 def _draft_pass_cost(draft: Backend, max_threads: int) -> float:
     """Seconds per one-token pass of the draft model, on the thread count it runs fastest
     with (kept for it): its shape is not the target's, so the target's choice may not suit it."""
-    if not hasattr(draft, "threads_by_width"):
+    if not hasattr(draft, "plan"):
         return measure_pass_costs(draft, 1)[1]
     # C passes need no cache behind them to be timed fairly (no kernel set-up to amortize)
     context = 0 if getattr(draft, "native", None) is not None else None
     costs = {}
     for threads in sorted({1, max_threads}):
-        draft.threads_by_width = [threads]
+        draft.plan = ExecutionPlan(threads=[threads])
         costs[threads] = (measure_pass_costs(draft, 1) if context is None
                           else measure_pass_costs(draft, 1, context=context))[1]
-    draft.threads_by_width = [min(costs, key=costs.get)]
+    draft.plan = ExecutionPlan(threads=[min(costs, key=costs.get)])
     return min(costs.values())
 
 

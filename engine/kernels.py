@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from engine.execution_plan import STORED
 from engine.formats.gguf_blocks import BlockMatrix, BlockStack
 
 
@@ -190,9 +191,9 @@ def fuse(parts: list[Weight]) -> Weight:
     return kind.cat(parts) if kind in QUANTIZED else torch.cat(parts)
 
 
-# A prefill kernel: "native" multiplies by the stored weights; "fp32" and "bf16" compute in
-# that dtype (a resident copy, or one dequantized for each pass).
-PREFILL_KERNELS = ("native", "fp32", "bf16")
+# A prefill kernel (engine/execution_plan.py): STORED multiplies by the stored weights; "fp32"
+# and "bf16" compute in that dtype (a resident copy, or one dequantized for each pass).
+PREFILL_KERNELS = (STORED, "fp32", "bf16")
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -203,12 +204,12 @@ def prefill_candidates(native: torch.dtype, quantized: bool) -> tuple[str, ...]:
     if quantized:
         return PREFILL_KERNELS
     if native == torch.bfloat16:
-        return ("native", "fp32")
-    return ("native",)
+        return (STORED, "fp32")
+    return (STORED,)
 
 
 def compute_dtype(kernel: str, native: torch.dtype) -> torch.dtype:
-    return native if kernel == "native" else _DTYPES[kernel]
+    return native if kernel == STORED else _DTYPES[kernel]
 
 
 def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None,

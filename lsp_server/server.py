@@ -25,7 +25,7 @@ from lsp_server.protocol import AnsweringProtocol
 from lsp_server.scheduler import Job, Scheduler, Superseded
 from lsp_server.options import Settings, merge, model_settings
 from lsp_server.repo_context import Repository
-from lsp_server.suggester import Plan, Suggester, Suggestion, plan as plan_at
+from lsp_server.suggester import REMEMBER_BEFORE, Plan, Suggester, Suggestion, plan as plan_at
 from lsp_server.typed_through import TypedThroughCache
 from lsp_server.workspace import WorkspaceIndex
 
@@ -64,7 +64,7 @@ class DraftlineServer(LanguageServer):
             "lastLatencyMs": self.metrics.last_latency_ms,
             "acceptanceRate": self.metrics.acceptance_rate,
             # The kernels chosen on this machine (engine/calibrate.py).
-            "prefillKernel": cal and cal["prefill_kernel"],
+            "prefillKernel": cal and cal["plan"]["prefill"],
             "prefillTokensPerS": cal and round(cal["prefill_tokens_per_s"])})
 
     @property
@@ -213,6 +213,8 @@ class DraftlineServer(LanguageServer):
             runs = [suggester.generate(plan, job.cancel, on_prefilled=job.mark_prefilled)]
             if alternatives > 1 and not job.cancel.is_set():
                 runs.append(suggester.generate(plan, job.cancel, ALTERNATIVE))
+            if runs[0].text and not job.cancel.is_set():  # lookup drafts from it later (source "history")
+                suggester.engine.remember(runs[0].text, cursor.prefix[-REMEMBER_BEFORE:])
             return runs
 
         try:

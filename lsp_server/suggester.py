@@ -25,6 +25,10 @@ from lsp_server.repo_context import Repository, choose, names_near
 # prefilled in the background once typing pauses, for the requests after it.
 COLD_PREFILL_S = 1.0
 
+# Characters before a suggestion remembered with it (Engine.remember): enough for the engine's
+# lead of a few tokens.
+REMEMBER_BEFORE = 200
+
 # {name: text} of the documents whose snippets may go into the prompt for the document `uri`
 # (never `uri` itself, never a file the workspace index refuses: secrets, .gitignore'd).
 Others = Callable[[str], dict[str, str]]

@@ -95,7 +95,7 @@ def test_bench_writes_the_documented_json(bench):
     assert report["sources"] == {"files": 3, "skipped": {"binary": 1, "unreadable": 1}}
     assert report["machine"]["copy_bandwidth_gb_s"] > 0
     assert set(report["workloads"]) == set(report["cold_workloads"]) == {"fresh", "repetitive"}
-    assert report["model"]["calibration"]["prefill_kernel"] == "native"  # fp32 has no other
+    assert report["model"]["calibration"]["plan"]["prefill"] == "stored"  # fp32 has no other
     assert report["model"]["calibration"]["prefill_tokens_per_s"] > 0
     for workload in [*report["workloads"].values(), *report["cold_workloads"].values()]:
         assert workload["tasks"] == TASKS

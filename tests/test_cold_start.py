@@ -14,6 +14,7 @@ import torch
 
 from engine import calibrate, weight_cache
 from engine.backends.torch_llama import TorchLlama
+from engine.execution_plan import STORED
 from engine.kernels import Int8Weight
 from engine.user_cache import content_key, write_atomically
 from lsp_server.options import Settings
@@ -50,16 +51,16 @@ def test_every_prefill_kernel_computes_the_same_model():
     logits of the same int8 model (the fp32 kernel is the most precise reference)."""
     model, prompt = int8_model(), [(7 * i) % 64 for i in range(40)]
     reference = next_logits(model, "fp32", prompt, copy=False)
-    for kernel, copy in [("native", False), ("bf16", True), ("bf16", False), ("fp32", False)]:
+    for kernel, copy in [(STORED, False), ("bf16", True), ("bf16", False), ("fp32", False)]:
         logits = next_logits(model, kernel, prompt, copy)
         assert torch.allclose(logits, reference, atol=0.05 * float(reference.abs().max()))
     # Passes that return logits (decoding, verification) use the stored format whatever the
     # prefill kernel, so they round alike and speculative output equals plain decoding.
     model.truncate(0)
-    model.use_prefill_kernel("native")
+    model.use_prefill_kernel(STORED)
     model.forward(prompt[:-1], logits=False)
     by_kernel = []
-    for kernel in ("native", "fp32", "bf16"):
+    for kernel in (STORED, "fp32", "bf16"):
         model.truncate(len(prompt) - 1)
         model.use_prefill_kernel(kernel)
         by_kernel.append(model.forward(prompt[-1:])[0])
@@ -68,10 +69,10 @@ def test_every_prefill_kernel_computes_the_same_model():
 
 def test_the_fastest_measured_kernel_is_chosen(monkeypatch):
     model = int8_model()
-    seconds = {"native": 0.004, "fp32": 0.001, "bf16": 0.002}
-    monkeypatch.setattr(model, "time_prefill", lambda width: seconds[model.prefill_kernel])
+    seconds = {STORED: 0.004, "fp32": 0.001, "bf16": 0.002}
+    monkeypatch.setattr(model, "time_prefill", lambda width: seconds[model.plan.prefill])
     cal = calibrate.measure(model, max_width=4, max_threads=1)
-    assert cal.prefill_kernel == "fp32" and model.prefill_kernel == "fp32"
+    assert cal.plan.prefill == "fp32" and model.plan.prefill == "fp32"
     assert cal.kernel_tokens_per_s == pytest.approx({k: 1 / s for k, s in seconds.items()})
     assert len(cal.pass_cost) == 5 and cal.prefill_tokens_per_s > 0
 
@@ -83,17 +84,18 @@ def test_wide_decoding_passes_use_the_copy_where_it_measured_faster(monkeypatch)
     model, prompt = int8_model(), [(5 * i) % 64 for i in range(30)]
     model.forward(prompt, logits=False)
     want = model.forward(prompt[-4:])
-    monkeypatch.setattr(model, "time_prefill", lambda width: {"native": 2, "fp32": 3, "bf16": 1}[model.prefill_kernel])
+    monkeypatch.setattr(model, "time_prefill", lambda width: {STORED: 2, "fp32": 3, "bf16": 1}[model.plan.prefill])
 
     def costs(backend, max_width, repeats=3):  # native: 1 + w; the copy: 2.5 + w / 4
-        native = backend.kernel_by_width[1] == "native"
+        native = backend.plan.kernel_for(1) == STORED
         return [0.0] + [(1 + w if native else 2.5 + w / 4) for w in range(1, max_width + 1)]
 
     monkeypatch.setattr(calibrate, "measure_pass_costs", costs)
     cal = calibrate.measure(model, max_width=4, max_threads=1)
     # at 3 tokens the copy is 1.23x faster: not the 1.25x (COPY_MARGIN) worth its other rounding
-    assert cal.copy_kernel == "bf16" and cal.kernel_by_width == ["native", "native", "native", "native", "bf16"]
-    assert cal.pass_cost[1:] == [2, 3, 4, 3.5] and model.kernel_by_width == cal.kernel_by_width
+    assert cal.copy_kernel == "bf16" and cal.plan.kernels == [STORED, STORED, STORED, STORED, "bf16"]
+    assert cal.pass_cost[1:] == [2, 3, 4, 3.5] and model.plan == cal.plan
+    assert [run["kernel"] for run in cal.plan.describe()] == [STORED, "bf16", "bf16"]  # what stats show
     model.truncate(0)  # measuring used the cache
     model.forward(prompt, logits=False)
     got = model.forward(prompt[-4:])  # 4 tokens: through the copy
@@ -108,11 +110,11 @@ def test_an_int4_model_prefilling_natively_keeps_only_the_packed_layout(monkeypa
     model.native = None
     prompt = [(3 * i) % 64 for i in range(20)]
     want = model.forward(prompt)
-    monkeypatch.setattr(model, "time_prefill", lambda width: {"native": 1, "fp32": 3, "bf16": 2}[model.prefill_kernel])
+    monkeypatch.setattr(model, "time_prefill", lambda width: {STORED: 1, "fp32": 3, "bf16": 2}[model.plan.prefill])
     monkeypatch.setattr(calibrate, "measure_pass_costs",  # the copy is never faster
                         lambda backend, max_width, repeats=3: [0.0] + [1.0] * max_width)
     calibrate.measure(model, max_width=4, max_threads=1)
-    assert model.prefill_kernel == "native" and model.copy_kernel is None
+    assert model.plan.prefill == STORED and model.copy_kernel is None
     assert all(layer.w_down.q is None for layer in model.layers) and model.embed.q is not None
     model.truncate(0)
     assert torch.equal(model.forward(prompt), want)
@@ -129,12 +131,12 @@ def test_a_natively_run_model_is_calibrated_in_a_few_passes_without_copies(monke
     monkeypatch.setattr(model, "forward", lambda tokens, **kw: widths.append(len(tokens)) or forward(tokens, **kw))
     use = model.use_prefill_kernel
     monkeypatch.setattr(model, "use_prefill_kernel",
-                        lambda kernel, **kw: use(kernel) if kernel == "native" else pytest.fail(f"{kernel} was tried"))
+                        lambda kernel, **kw: use(kernel) if kernel == STORED else pytest.fail(f"{kernel} was tried"))
     cal = calibrate.measure(model, max_width=6, max_threads=2)
     assert sorted(widths) == [1, 1, 4, 4, 6, 6]  # 1, 4 and 6 tokens, on 2 threads and (short passes) on 1
     assert len(cal.pass_cost) == 7 and all(c > 0 for c in cal.pass_cost[1:])
-    assert cal.kernel_by_width == ["native"] * 7 and cal.copy_kernel is None
-    assert model.threads_by_width == cal.threads_by_width and set(cal.threads_by_width) <= {1, 2}
+    assert all(cal.plan.kernel_for(w) == STORED for w in range(1, 7)) and cal.copy_kernel is None
+    assert model.plan == cal.plan and set(cal.plan.threads) <= {1, 2}
     assert cal.prefill_tokens_per_s == pytest.approx(6 / cal.pass_cost[6])
 
 
@@ -147,7 +149,7 @@ def test_calibration_is_kept_and_a_corrupt_file_is_measured_again(monkeypatch, t
 
     monkeypatch.setattr(calibrate, "measure", no_measuring)
     again = calibrate.load_or_measure(model, 4, 1, "key")
-    assert again == first and model.prefill_kernel == first.prefill_kernel
+    assert again == first and model.plan.prefill == first.plan.prefill
     path = next((tmp_path / "cache" / "calibration").glob("key-*.json"))
     path.write_text("{not json")
     with pytest.raises(AssertionError, match="measured again"):

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from engine.calibrate import Calibration
+from engine.execution_plan import STORED, ExecutionPlan
 from engine.draft_length import Acceptance, PassCosts
 from engine.drafters.base import Draft, NodeInfo
 from engine.drafters.draft_model import DraftModel
@@ -88,6 +89,6 @@ def test_a_draft_models_chains_and_siblings_follow_the_costs():
 def test_trees_stay_within_the_widths_that_round_like_plain_decoding():
     """Where calibration chose a bf16 copy for wide passes (faster there), a wider tree would be
     verified with other rounding: the engine keeps trees narrower than that."""
-    mixed = Calibration(pass_cost=[], prefill_tokens_per_s=1.0, kernel_by_width=["native"] * 13 + ["bf16"] * 13)
+    mixed = Calibration(pass_cost=[], prefill_tokens_per_s=1.0, plan=ExecutionPlan(kernels=[STORED] * 13 + ["bf16"] * 13))
     assert _exact_width(mixed, 33) == 12
-    assert _exact_width(Calibration(pass_cost=[], prefill_tokens_per_s=1.0, kernel_by_width=["native"] * 26), 33) == 33
+    assert _exact_width(Calibration(pass_cost=[], prefill_tokens_per_s=1.0, plan=ExecutionPlan(kernels=[STORED] * 26)), 33) == 33

@@ -307,3 +307,26 @@ def test_a_corrupt_kept_library_is_built_again(tmp_path, monkeypatch):
         assert path.read_bytes()[:4] == b"\x7fELF"
     finally:
         native.load_library.cache_clear()
+
+
+def test_a_failed_build_is_remembered_and_the_opt_out_is_honoured(tmp_path, monkeypatch):
+    """A compiler that fails costs one attempt, not one per start (the failure is kept under the
+    library's key, with the reason); DRAFTLINE_NATIVE=0 turns the decoder off without building."""
+    monkeypatch.setenv("DRAFTLINE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CFLAGS", "-fno-such-flag-anywhere")
+    native.load_library.cache_clear()
+    try:
+        assert native.load_library() is None
+        failed = native.library_path(native._compiler()).with_suffix(".failed")
+        assert "no-such-flag" in failed.read_text()
+        native.load_library.cache_clear()
+        started = list(tmp_path.rglob("*"))
+        assert native.load_library() is None
+        assert list(tmp_path.rglob("*")) == started  # nothing built or written again
+        monkeypatch.delenv("CFLAGS")
+        monkeypatch.setenv("DRAFTLINE_NATIVE", "0")
+        native.load_library.cache_clear()
+        assert native.load_library() is None
+        assert not native.library_path(native._compiler()).exists()
+    finally:
+        native.load_library.cache_clear()

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from engine.architectures import FAMILIES
 from engine.backends.base import Backend
 from engine.errors import EngineError
+from engine.execution_plan import STORED, ExecutionPlan
 from engine.formats.gguf_blocks import BlockMatrix, BlockStack
 from engine.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, available_memory, compute_dtype, fuse,
                             int8_product, linear, to_format, weight_nbytes)
@@ -115,15 +116,11 @@ class TorchLlama(Backend):
         # Within a sliding window every position sees all earlier ones, so capping the context
         # at the window computes exactly what the windowed model does.
         self.max_len = min(max_len, c.max_position, c.sliding_window or max_len)
-        # torch threads, and the kernel, for a decoding pass of n tokens: the entry at
-        # min(n, last) (engine/calibrate.py measures them). Kernels other than "native" use
-        # the prefill kernel's resident copy: wide passes may be faster there.
-        self.threads_by_width: list[int] | None = None
-        self.kernel_by_width: list[str] | None = None
-        # How passes without logits (prefill) multiply: engine/kernels.py, chosen at load
-        # (use_prefill_kernel). A non-native kernel uses a resident copy of the matrices in
-        # its dtype when it fits (copy_kernel names it), else dequantizes them per pass.
-        self.prefill_kernel = "native"
+        # Threads and kernel by pass width, and the prefill kernel (engine/execution_plan.py),
+        # filled in by calibration. A kernel other than STORED uses a resident copy of the
+        # matrices in its dtype when it fits (copy_kernel names it), else dequantizes them
+        # per pass.
+        self.plan = ExecutionPlan()
         self.copy_kernel: str | None = None
         # most of the machine's available memory (measured when a copy is made) that a
         # resident copy may take; Engine.load sets it
@@ -258,12 +255,10 @@ class TorchLlama(Backend):
             raise ValueError("forward needs at least one token")
         if start + n > self.max_len:
             raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
-        if self.threads_by_width:
-            torch.set_num_threads(self.threads_by_width[min(n, len(self.threads_by_width) - 1)])
-        kernel = self.prefill_kernel
-        if logits:
-            kernel = self.kernel_by_width[min(n, len(self.kernel_by_width) - 1)] if self.kernel_by_width else "native"
-        if kernel == "native" and self.native is not None:  # returns the final normed states
+        if (threads := self.plan.threads_for(n)) is not None:
+            torch.set_num_threads(threads)
+        kernel = self.plan.kernel_for(n, logits)
+        if kernel == STORED and self.native is not None:  # returns the final normed states
             pos, local = self._positions(start, n, parents)
             x, out = self.native.forward(x, start, pos, local, logits, torch.get_num_threads())
         else:
@@ -282,9 +277,9 @@ class TorchLlama(Backend):
         (made now if needed and it fits: at most three times the stored weights, so that an
         int4 or int8 model may get a bf16 copy but not an fp32 one, and a quarter of the
         machine's memory, so that a 7B model gets none) rather than dequantized for each
-        pass. "native" keeps any copy: wide decoding passes may use it (kernel_by_width)."""
-        self.prefill_kernel = kernel
-        if kernel == "native":
+        pass. STORED keeps any copy: wide decoding passes may use it (plan.kernels)."""
+        self.plan.prefill = kernel
+        if kernel == STORED:
             return False
         if kernel == self.copy_kernel and allow_copy:
             return True
@@ -307,7 +302,7 @@ class TorchLlama(Backend):
         (no copy to make, prefill in the stored format), keep only torch's packed layout of
         each, halving an int4 model's memory. The embedding keeps its own for row lookups.
         The native decoder reads the plain layout (and torch never packs it then)."""
-        if self.prefill_kernel != "native" or self.copy_kernel is not None or self.native is not None:
+        if self.plan.prefill != STORED or self.copy_kernel is not None or self.native is not None:
             return
         for w in [self.head] + [getattr(layer, m) for layer in self.layers
                                 for m in ("wqkv", "wo", "w_gate_up", "w_down")]:
@@ -325,11 +320,11 @@ class TorchLlama(Backend):
         width, layers = min(width, self.max_len - self.length), min(layers, len(self.layers))
         x = self.embed_tokens(torch.zeros(width, dtype=torch.long, device=self.device))
         started = time.perf_counter()
-        if self.prefill_kernel == "native" and self.native is not None:  # one call: all layers
+        if self.plan.prefill == STORED and self.native is not None:  # one call: all layers
             pos, local = self._positions(self.length, width, None)
             self.native.forward(x, self.length, pos, local, False, torch.get_num_threads())
             return (time.perf_counter() - started) / width
-        self._layers(x, self.length, None, layers, self.prefill_kernel)
+        self._layers(x, self.length, None, layers, self.plan.prefill)
         return (time.perf_counter() - started) / width * len(self.layers) / layers
 
     def _layers(self, x: torch.Tensor, start: int, parents: Sequence[int] | None, count: int,
@@ -347,7 +342,7 @@ class TorchLlama(Backend):
         bias = torch.zeros(n, start + n, dtype=dtype, device=dev).masked_fill_(~mask, float("-inf"))
         bias = bias.expand(group, n, start + n).reshape(1, group * n, start + n)
         layers = self._copy_layers if kernel == self.copy_kernel else self.layers
-        dequantize = kernel != "native" and layers is self.layers
+        dequantize = kernel != STORED and layers is self.layers
         x = x.to(dtype)
         cos, sin = self.cos[pos].to(dtype), self.sin[pos].to(dtype)
         hd, nh, nkv = c.dim_per_head, c.n_heads, c.n_kv_heads
@@ -400,9 +395,9 @@ class TorchLlama(Backend):
                 self.native.set_head(self.head)
         self.vocab_size = width
 
-    def head_logits(self, features: torch.Tensor, kernel: str = "native") -> torch.Tensor:
+    def head_logits(self, features: torch.Tensor, kernel: str = STORED) -> torch.Tensor:
         """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""
-        if kernel == "native" and self.native is not None:
+        if kernel == STORED and self.native is not None:
             out = self.native.head_logits(features, self.head)
         elif kernel == self.copy_kernel:
             out = linear(features.to(self._copy_head.dtype), self._copy_head).float()

@@ -5,15 +5,19 @@ reads the matrices in their stored formats: a GGUF file's own blocks where the f
 (engine/formats/gguf_blocks.py), or the torch backend's int4/int8 (engine/kernels.py);
 decoder.c says why and how it stays exact. The library is compiled at first use with the
 system's C compiler for this CPU (-march=native, ~2 s) and kept in the user's cache
-directory, keyed by its sources, the compiler and the CPU. Without a compiler, or on a CPU
-without AVX2 and FMA, `load_library` returns None and the torch code runs every pass.
+directory, keyed by its sources, the compiler, its flags and the CPU. `$CC` and `$CFLAGS` are
+honoured; `DRAFTLINE_NATIVE=0` turns the decoder off. Without a compiler, on a CPU without AVX2
+and FMA, or after a failed build (remembered under the same key, so it is not retried at every
+start), `load_library` returns None and the torch code runs every pass.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
 import logging
+import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -41,16 +45,28 @@ _INT4, _INT8 = 100, 101  # native.h's formats besides ggml's type ids
 _MAX_PARTS = 3
 
 
-def _cpu_has_avx2_fma() -> bool:
+def _cpu_has_avx2_fma(compiler: str) -> bool:
+    """From /proc/cpuinfo where there is one (Linux), else from what the compiler enables for
+    -march=native (other systems, containers that hide /proc)."""
     try:
         flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+        return {"avx2", "fma"} <= set(flags.split())
     except (OSError, StopIteration):
-        return False
-    return {"avx2", "fma"} <= set(flags.split())
+        pass
+    macros = subprocess.run([compiler, "-march=native", "-dM", "-E", "-x", "c", os.devnull],
+                            capture_output=True, text=True).stdout
+    return "__AVX2__" in macros and "__FMA__" in macros
 
 
 def _compiler() -> str | None:
-    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    """$CC where set (the first word: a path or a name on PATH), else cc, gcc or clang."""
+    named = shlex.split(os.environ.get("CC", ""))[:1]
+    return shutil.which(named[0]) if named else (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"))
+
+
+def _flags() -> list[str]:
+    """The user's $CFLAGS, then the flags exactness and linking need (last, so they win)."""
+    return [*shlex.split(os.environ.get("CFLAGS", "")), *_FLAGS]
 
 
 def build(target: Path, arch: list[str]) -> ctypes.CDLL:
@@ -64,11 +80,11 @@ def build(target: Path, arch: list[str]) -> ctypes.CDLL:
         sources = [p for p in SOURCES if p.suffix == ".c"]
         with tempfile.TemporaryDirectory() as scratch:  # each source compiled on its own core
             objects = [Path(scratch) / f"{p.stem}.o" for p in sources]
-            jobs = [subprocess.Popen([compiler, *_FLAGS, *arch, "-c", "-o", str(o), str(p)], stderr=subprocess.PIPE,
+            jobs = [subprocess.Popen([compiler, *arch, *_flags(), "-c", "-o", str(o), str(p)], stderr=subprocess.PIPE,
                                      text=True) for p, o in zip(sources, objects)]
             failed = [error for job, error in [(job, job.communicate()[1]) for job in jobs] if job.returncode]
             if not failed:
-                linked = subprocess.run([compiler, *_FLAGS, *arch, "-o", str(tmp), *map(str, objects), "-lm"],
+                linked = subprocess.run([compiler, *arch, *_flags(), "-o", str(tmp), *map(str, objects), "-lm"],
                                         capture_output=True, text=True)
                 failed = [linked.stderr] if linked.returncode else []
             if failed:
@@ -95,7 +111,7 @@ def _load(path: Path) -> ctypes.CDLL:
 def library_path(compiler: str) -> Path:
     """Where the library built by `compiler` for this CPU from these sources is kept."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.blake2b(b"".join(p.read_bytes() for p in SOURCES) + version.encode() + " ".join(_FLAGS).encode()
+    key = hashlib.blake2b(b"".join(p.read_bytes() for p in SOURCES) + version.encode() + " ".join(_flags()).encode()
                           + machine_key(0).encode(), digest_size=12).hexdigest()
     return cache_dir("native") / f"decoder-{key}.so"
 
@@ -103,15 +119,24 @@ def library_path(compiler: str) -> Path:
 @cache
 def load_library() -> ctypes.CDLL | None:
     """The decoder compiled for this machine (built now if needed, ~2 s; built again if the
-    kept file does not load), or None where it cannot run here (the reason is logged once)."""
-    if platform.machine() not in ("x86_64", "AMD64") or not _cpu_has_avx2_fma():
-        log.info("native decoder: needs an x86-64 CPU with AVX2 and FMA; using torch kernels")
+    kept file does not load), or None where it cannot or should not run here (the reason is
+    logged once)."""
+    if os.environ.get("DRAFTLINE_NATIVE", "1").strip().lower() in ("0", "off", "no", "false"):
+        log.info("native decoder: off (DRAFTLINE_NATIVE); using torch kernels")
         return None
     compiler = _compiler()
     if compiler is None:
         log.info("native decoder: no C compiler found; using torch kernels")
         return None
+    if platform.machine() not in ("x86_64", "AMD64") or not _cpu_has_avx2_fma(compiler):
+        log.info("native decoder: needs an x86-64 CPU with AVX2 and FMA; using torch kernels")
+        return None
     target = library_path(compiler)
+    failed = target.with_suffix(".failed")
+    if failed.exists():
+        log.warning("native decoder: the build for this machine failed before (%s; delete it to retry); "
+                    "using torch kernels", failed)
+        return None
     if target.exists():
         try:
             return _load(target)
@@ -120,6 +145,7 @@ def load_library() -> ctypes.CDLL | None:
     try:
         return build(target, ["-march=native"])
     except OSError as e:
+        failed.write_text(f"{e}\n")
         log.warning("native decoder unavailable (%s); using torch kernels", e)
         return None
 

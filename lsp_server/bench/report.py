@@ -130,7 +130,17 @@ def format_table(report: dict) -> str:
             lines.append(f"ar reads the weights at {bandwidth:.1f} GB/s: {bandwidth / read:.0%} of this "
                          f"machine's measured read rate ({read:.1f} GB/s; copy rate {copy:.1f} GB/s)")
         lines += _source_lines(data["modes"])
-    return "\n".join(lines).lstrip("\n")
+    return "\n".join(lines + _plan_lines(report["model"])).lstrip("\n")
+
+
+def _plan_lines(model: dict) -> list[str]:
+    """How the target's passes ran (engine/execution_plan.py): kernel and threads per width."""
+    plan = (model.get("execution_plan") or [None])[0]
+    if not plan:
+        return []
+    steps = [f"{run['widths']} tokens: {run['kernel']}" + (f" on {run['threads']} threads" if run["threads"] else "")
+             for run in plan]
+    return ["", "passes ran as: " + "; ".join(steps)]
 
 
 def _source_lines(modes: dict) -> list[str]:

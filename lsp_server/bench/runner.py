@@ -18,8 +18,8 @@ from engine.api import CompletionEngine, Request
 from lsp_server.bench.report import Run
 from lsp_server.bench.sources import SourceFile
 from lsp_server.bench.tasks import Task
+from lsp_server.suggester import REMEMBER_BEFORE
 
-REMEMBER_BEFORE = 200  # characters before a remembered output kept with it
 
 
 class Contender(Protocol):
