@@ -42,7 +42,7 @@ from engine.user_cache import cache_dir, write_atomically
 
 log = logging.getLogger("draftline")
 
-FORMAT = 7  # bump when what is measured changes
+FORMAT = 8  # bump when what is measured changes
 _CONTEXT = 256  # cache length the pass costs are measured at
 # A decoding pass through the copy rounds differently from the one-token passes of plain
 # decoding, so speculative output may then differ from it at near-ties (identical_to_ar in
@@ -122,15 +122,21 @@ def time_prefill_kernels(backend, candidates: tuple[str, ...], width: int = 128)
     return rates
 
 
+# The widths a native model's calibration times (the rest interpolated): a 2-token pass costs
+# little more than a one-token pass (it reads the weights once: narrow.c) while 3 and 4 tokens
+# cost about twice as much on a small CPU; interpolating 2 between 1 and 4 made the cheapest
+# speculation look too dear to draft.
+_NATIVE_WIDTHS = (1, 2, 4, 8)
+
 # A native model's one-token pass shorter than this may be faster on one thread than on all:
 # only then are both measured.
 _SHORT_PASS = 0.02
 
 
 def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
-    """Pass costs of a model the native decoder runs, from an empty cache: passes of one token,
-    four (the widest that multiplies as it reads the weights: narrow.c) and max_width, once each, on all threads, and on one thread too where a one-token pass is
-    short; the widths between are interpolated. The prefill rate is estimated from the widest
+    """Pass costs of a model the native decoder runs, from an empty cache: passes of
+    _NATIVE_WIDTHS tokens and max_width, once each, on all threads, and on one thread too where
+    a one-token pass is short; the widths between are interpolated. The prefill rate is estimated from the widest
     pass (a prefill multiplies in the same tiles; its unpacking is shared by more tokens, so this
     errs low)."""
     threads = [max_threads]
@@ -138,7 +144,7 @@ def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
     for n in [max_threads, 1]:
         torch.set_num_threads(n)
         backend.plan = ExecutionPlan()
-        costs[n] = measure_pass_costs(backend, max_width, repeats=1, widths=(1, 4), context=0)
+        costs[n] = measure_pass_costs(backend, max_width, repeats=1, widths=_NATIVE_WIDTHS, context=0)
         if n == max_threads and (max_threads == 1 or costs[n][1] >= _SHORT_PASS):
             break
         threads = sorted(costs)
