@@ -15,7 +15,7 @@ vim.opt.swapfile = false
 vim.cmd('filetype on')
 local draftline = require('draftline')
 local cmd = { repo .. '/.venv/bin/lsp_server', '--stdio' }
-if env.REPLAY_MODEL ~= '' then
+if (env.REPLAY_MODEL or '') ~= '' then
   vim.list_extend(cmd, { '--model', env.REPLAY_MODEL })
 end
 draftline.setup({ cmd = cmd, filetypes = { 'python' } })
