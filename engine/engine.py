@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from engine.backends.base import Backend
+from engine.backends.base import Backend, prefill_chunk_for
 from engine.backends.torch_llama import TorchLlama
 from engine.calibrate import Calibration, load_or_measure, measure_pass_costs
 from engine.decoding import Vocabulary, generate_autoregressive, generate_speculative
@@ -71,6 +71,7 @@ class Engine:
         engine = cls(target, tokenizer, drafter, _exact_width(calibration, cls.MAX_NODES + 1) - 1,
                      pass_cost=calibration.pass_cost, draft_cost=draft_cost)
         engine.calibration, engine.dtype = calibration, dtype
+        target.prefill_chunk = prefill_chunk_for(calibration.prefill_tokens_per_s)
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
 

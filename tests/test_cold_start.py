@@ -265,3 +265,14 @@ def test_an_unusable_cache_directory_costs_time_not_the_model(tmp_path, monkeypa
     assert weight_cache.load(model_file, "fp32") is None
     cal = calibrate.load_or_measure(int8_model(), 4, 1, "key")
     assert len(cal.pass_cost) == 5
+
+
+def test_a_prefill_is_cancelled_within_about_half_a_second_at_the_measured_rate(fp32_engine):
+    """A background prefill of a large model on a small CPU (40 tokens/s) runs in 20-token
+    chunks, not 256 (6 s), so a new request waits for at most one short chunk."""
+    from engine.backends.base import PREFILL_CHUNK, prefill_chunk_for
+
+    assert prefill_chunk_for(40.0) == 20 and prefill_chunk_for(5.0) == 16
+    assert prefill_chunk_for(1e6) == PREFILL_CHUNK
+    target = fp32_engine.target
+    assert target.prefill_chunk == prefill_chunk_for(fp32_engine.prefill_tokens_per_s())

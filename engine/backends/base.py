@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import torch
 
+PREFILL_CHUNK = 256  # the most tokens in one prefill pass
+
 
 class Backend(ABC):
     """A model and its KV cache.
@@ -18,6 +20,9 @@ class Backend(ABC):
     vocab_size: int
     max_len: int
     supports_tree: bool = False  # can `forward` take a token tree (parents) in one pass?
+    # Tokens per prefill pass in `sync`: a cancelled prefill stops after the chunk in flight, so
+    # the engine sizes it to this machine's measured prefill rate (`prefill_chunk_for`).
+    prefill_chunk: int = PREFILL_CHUNK
 
     def __init__(self) -> None:
         self.tokens: list[int] = []
@@ -64,10 +69,10 @@ class Backend(ABC):
         common = self.cached_prefix(prompt)
         self.truncate(common)
         rest = list(prompt[common:])
-        for i in range(0, len(rest), PREFILL_CHUNK):
+        for i in range(0, len(rest), self.prefill_chunk):
             if cancel is not None and cancel.is_set():
                 break
-            self.forward(rest[i:i + PREFILL_CHUNK], logits=False)
+            self.forward(rest[i:i + self.prefill_chunk], logits=False)
         return common
 
 
@@ -88,4 +93,12 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 # Long prefills in chunks bound the size of the attention scores and the logits tensor.
-PREFILL_CHUNK = 256
+# A request that cancels a background prefill waits for the chunk in flight: at most about this long.
+CANCEL_WAIT_S = 0.5
+
+
+def prefill_chunk_for(tokens_per_s: float) -> int:
+    """Tokens per prefill pass at a measured prefill rate: a chunk of about CANCEL_WAIT_S, 16 at
+    the least (a 1.5B model on two cores prefills ~40 tokens/s, and its passes of 16-256 tokens
+    run at the same rate), PREFILL_CHUNK at the most."""
+    return max(16, min(PREFILL_CHUNK, int(tokens_per_s * CANCEL_WAIT_S)))
