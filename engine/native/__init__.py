@@ -12,6 +12,7 @@ start), `load_library` returns None and the torch code runs every pass.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -145,7 +146,8 @@ def load_library() -> ctypes.CDLL | None:
     try:
         return build(target, ["-march=native"])
     except OSError as e:
-        failed.write_text(f"{e}\n")
+        with contextlib.suppress(OSError):  # an unwritable cache: it is tried again next start
+            failed.write_text(f"{e}\n")
         log.warning("native decoder unavailable (%s); using torch kernels", e)
         return None
 
