@@ -268,8 +268,12 @@ def pair_draft(target: Backend, tokenizer: Tokenizer, draft: TorchLlama, draft_t
 
 
 def _calibration_key(model: str, target: Backend, threads: int) -> str:
-    """Measurements hold for this machine, model file, weight format and cache size."""
+    """Measurements hold for this machine, model file, weight format, cache size and C decoder
+    build (a new kernel changes what passes cost)."""
     kind = f"{type(target).__name__}-{getattr(target, 'dtype', '')}-{getattr(target, 'quant', None)}"
+    native = getattr(target, "native", None)
+    if native is not None:
+        kind += f"-{native.build}"
     return f"{machine_key(threads)}-{content_key(resolve(model))}-{kind}-{target.max_len}".replace("torch.", "")
 
 

@@ -257,6 +257,7 @@ class NativeDecoder:
     def __init__(self, lib: ctypes.CDLL, model) -> None:
         c = model.config
         self.lib = lib
+        self.build = Path(lib._name).stem  # the library's key: its sources, compiler and CPU
         # float32 tables, not the model's (bf16 for the torch kernels)
         self.cos, self.sin = rope_tables(model.max_len, c.dim_per_head, c.rope_theta, c.rope_scaling)
         self._vectors: list[torch.Tensor] = []  # float32 norms and biases, kept alive here

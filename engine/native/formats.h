@@ -4,7 +4,9 @@ columns (one int32 lane of the products) and a "min" per 16 columns, w = scale *
 Every integer format fits this: Q4_0 (d, min 8d), Q4_1 (d, -m), Q5_0 (d, 16d), Q5_1, Q8_0
 (levels offset by 128 where the products take unsigned levels, min 128d), Q4_K and Q5_K (d *
 sc, dmin * m per 32 columns), Q6_K (d * sc per 16, min 32 d sc), and the torch backend's INT4
-((level - 8) * scale + zero) and INT8 (q * scale). Block layouts are ggml's; gguf-py's
+((level - 8) * scale + zero) and INT8 (q * scale). The K-quants' scales are integers sc times
+the super-block's d, and the products use them so (product.h): their sums stay integers for a
+whole activation block. Block layouts are ggml's; gguf-py's
 dequantizers are the tests' reference. The products and dequantize_row (matmul.c) read weights
 only through these functions, so every route sees the same numbers.
 */
@@ -39,11 +41,15 @@ ALWAYS_INLINE int block_bytes(int format) {
   }
 }
 
-/* A block's scales (one per 32 columns, or per 16 for Q6_K); unit_scales spreads them over a
-   unit's lanes. */
+/* A block's scales. Formats of 32-column blocks: one float scale, in every lane. K-quants:
+   the super-block's d and the integer scale of each 16 columns. */
 typedef struct {
-  __m256 scale[2];
+  __m256 scale;
+  float d;
+  int16_t ints[16];
 } Scales;
+
+ALWAYS_INLINE int integer_scales(int format) { return format == Q4_K || format == Q5_K || format == Q6_K; }
 
 ALWAYS_INLINE float f16_at(const uint8_t *p) {
   uint16_t h;
@@ -82,8 +88,8 @@ ALWAYS_INLINE __m256i fifth_bits(const uint8_t *qh) {
 
 /* Q4_K/Q5_K: the 6-bit scales and mins of the 8 sub-blocks (ggml's get_scale_min_k4: bytes
    0-3 hold scales 0-3 and the top bits of 4-7, bytes 4-7 mins 0-3 and the top bits of mins 4-7,
-   bytes 8-11 the low bits of scales and mins 4-7), in byte lanes at once, times d and dmin; a
-   min per 16 columns into `min`. */
+   bytes 8-11 the low bits of scales and mins 4-7), in byte lanes at once; each scale twice
+   (per 16 columns), and the mins times dmin, a min per 16 columns into `min`. */
 ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales *s, float *min) {
   const __m128i x = _mm_loadu_si128((const __m128i *)packed); /* 12 bytes and 4 of the levels */
   const __m128i y = _mm_shuffle_epi8(x, _mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7));
@@ -93,20 +99,22 @@ ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales 
   const __m128i bottom = _mm_blend_epi32(_mm_and_si128(c, _mm_set1_epi8(15)),
                                          _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(15)), 0x8);
   const __m128i bytes = _mm_blend_epi32(low, _mm_or_si128(top, bottom), 0xA); /* 8 scales, then 8 mins */
-  s->scale[0] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
+  s->d = d;
+  _mm256_storeu_si256((__m256i *)s->ints, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(bytes, bytes)));
   const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(dmin),
                                   _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8))));
   _mm256_storeu_ps(min, _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
   _mm256_storeu_ps(min + 8, _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));
 }
 
-/* Q6_K: 16 int8 scales (one per 16 columns) times d; min 32 * scale. */
+/* Q6_K: 16 int8 scales (one per 16 columns); min 32 * d * scale. */
 ALWAYS_INLINE void scales_q6k(const int8_t *sc, float d, Scales *s, float *min) {
   const __m128i bytes = _mm_loadu_si128((const __m128i *)sc);
+  s->d = d;
+  _mm256_storeu_si256((__m256i *)s->ints, _mm256_cvtepi8_epi16(bytes));
   for (int half = 0; half < 2; half++) {
     const __m256 v = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                                                           half ? _mm_srli_si128(bytes, 8) : bytes)));
-    s->scale[half] = v;
     _mm256_storeu_ps(min + 8 * half, _mm256_mul_ps(_mm256_set1_ps(32), v));
   }
 }
@@ -137,18 +145,17 @@ ALWAYS_INLINE void read_scales(const Part *p, int format, const uint8_t *b, int 
       break;
     }
   }
-  s->scale[0] = _mm256_set1_ps(scale);
+  s->scale = _mm256_set1_ps(scale);
   min[0] = min[1] = offset;
 }
 
-/* The scale of each lane (4 columns) of the block's k-th unit. */
-ALWAYS_INLINE __m256 unit_scales(int format, const Scales *s, int k) {
-  if (format == Q4_K || format == Q5_K) return _mm256_permutevar8x32_ps(s->scale[0], _mm256_set1_epi32(k));
-  if (format == Q6_K) { /* 4 lanes of one scale, 4 of the next */
-    const int i = 2 * (k % 4);
-    return _mm256_permutevar8x32_ps(s->scale[k / 4], _mm256_setr_epi32(i, i, i, i, i + 1, i + 1, i + 1, i + 1));
-  }
-  return s->scale[0];
+/* K-quants: a unit's two integer scales (its columns 0-15 and 16-31, at `pair`) as the
+   multipliers of its 16 column pairs. */
+ALWAYS_INLINE __m256i unit_ints(const int16_t *pair) {
+  int32_t both;
+  memcpy(&both, pair, 4);
+  return _mm256_shuffle_epi8(_mm256_set1_epi32(both), _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                                                       2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
 }
 
 /* The levels of the k-th 32 columns of the block at b. */

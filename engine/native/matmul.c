@@ -12,22 +12,33 @@ Float formats (F32, F16, BF16) are multiplied here in float32 with FMA, for ever
 
 /* ---- wider passes: a block of rows unpacked once, then tiles ---- */
 
-/* An unpacked row: levels [K], lane scales [K / 4], mins [sums_per_row(K)]; float formats:
-   values [K]. */
+/* An unpacked row (32-byte aligned): levels [K], then
+   - formats of 32-column blocks: lane scales [K / 4] floats, mins [sums_per_row(K)];
+   - K-quants: integer scales [K / 16] int16, d [K / 256] floats, mins [sums_per_row(K)];
+   float formats: values [K]. */
+static size_t scales_bytes(int format, int K) { return integer_scales(format) ? (size_t)K / 8 + (size_t)K / 64 : (size_t)K; }
+
 static size_t unpacked_bytes(int format, int K) {
-  return is_float(format) ? 4 * (size_t)K : 2 * (size_t)K + 4 * (size_t)sums_per_row(K);
+  if (is_float(format)) return 4 * (size_t)K;
+  return ((size_t)K + scales_bytes(format, K) + 4 * (size_t)sums_per_row(K) + 31) / 32 * 32;
+}
+
+ALWAYS_INLINE float *unpacked_mins(const uint8_t *row, int format, int K) {
+  return (float *)(row + K + scales_bytes(format, K));
 }
 
 ALWAYS_INLINE void unpack_row(const Part *p, int format, int K, int row, uint8_t *out) {
-  float *lanes = (float *)(out + K), *mins = (float *)(out + 2 * (size_t)K);
+  float *lanes = (float *)(out + K), *mins = unpacked_mins(out, format, K), *d = (float *)(out + K + K / 8);
+  int16_t *ints = (int16_t *)(out + K);
   const int per = block_columns(format);
   for (int j = 0; j < K; j += per) {
     const uint8_t *b = block_at(p, format, row, j);
     Scales s;
     read_scales(p, format, b, row, K, j, &s, mins + j / 16);
+    if (integer_scales(format)) memcpy(ints + j / 16, s.ints, sizeof s.ints), d[j / 256] = s.d;
     for (int k = 0; k < per / 32; k++) {
       _mm256_store_si256((__m256i *)(out + j + 32 * k), read_levels(format, b, k));
-      _mm256_store_ps(lanes + (j + 32 * k) / 4, unit_scales(format, &s, k));
+      if (!integer_scales(format)) _mm256_store_ps(lanes + (j + 32 * k) / 4, s.scale);
     }
   }
   for (int i = K / 16; i < sums_per_row(K); i++) mins[i] = 0;
@@ -50,7 +61,7 @@ static void unpack_rows(const Part *p, int K, int r0, int rows, uint8_t *out) {
       continue;
     }
 #define UNPACK(F) unpack_row(p, F, K, r0 + r, out + r * ldw)
-    BY_FORMAT(UNPACK)
+    BY_FORMAT(UNPACK, UNPACK)
   }
 }
 
@@ -81,6 +92,37 @@ ALWAYS_INLINE void int_tile(const uint8_t *w, size_t ldw, const Acts *a, int t0,
     for (int t = 0; t < C; t++)
       put(y + (size_t)(t0 + t) * ldy + r,
           finish(acc[r][t], (const float *)(w + r * ldw + 2 * (size_t)K), a->sums + (size_t)(t0 + t) * S, S), add);
+}
+
+/* The same for the K-quants' unpacked rows, in integers through each activation block. */
+ALWAYS_INLINE void int_ktile(const uint8_t *w, size_t ldw, int format, const Acts *a, int t0, int R, int C, float *y,
+                             int ldy, int add) {
+  const int K = a->cols, S = sums_per_row(K), L = lanes_per_row(K);
+  __m256 acc[ROWS][TOKENS];
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+  for (int u0 = 0; u0 < K / 32; u0 += BLOCK_UNITS) { /* an activation block: K is a multiple of 256 */
+    __m256i ia[ROWS][TOKENS];
+    for (int r = 0; r < R; r++)
+      for (int t = 0; t < C; t++) ia[r][t] = _mm256_setzero_si256();
+    for (int u = u0; u < u0 + BLOCK_UNITS; u++)
+      for (int r = 0; r < R; r++) {
+        const __m256i levels = _mm256_load_si256((const __m256i *)(w + r * ldw + 32 * u));
+        const __m256i ints = unit_ints((const int16_t *)(w + r * ldw + K) + 2 * u);
+        for (int t = 0; t < C; t++) {
+          const __m256i q = _mm256_load_si256((const __m256i *)(a->q + (size_t)(t0 + t) * K + 32 * u));
+          ia[r][t] = idot(ia[r][t], levels, q, ints);
+        }
+      }
+    for (int r = 0; r < R; r++) {
+      const float d = ((const float *)(w + r * ldw + K + K / 8))[u0 / 8];
+      for (int t = 0; t < C; t++) acc[r][t] = ifold(acc[r][t], ia[r][t], d, a->lanes + (size_t)(t0 + t) * L, u0);
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < C; t++)
+      put(y + (size_t)(t0 + t) * ldy + r,
+          finish(acc[r][t], unpacked_mins(w + r * ldw, format, K), a->sums + (size_t)(t0 + t) * S, S), add);
 }
 
 ALWAYS_INLINE void float_tile(const float *w, int ldw, const Acts *a, int t0, int R, int C, float *y, int ldy,
@@ -125,11 +167,13 @@ ALWAYS_INLINE void float_tile(const float *w, int ldw, const Acts *a, int t0, in
   }
 #endif
 
-static void int_tiles(const uint8_t *w, size_t ldw, const Acts *a, int t0, int R, int C, int sign, float *y,
+static void int_tiles(const uint8_t *w, size_t ldw, int format, const Acts *a, int t0, int R, int C, float *y,
                       int ldy, int add) {
 #define SIGNED_TILE(R, C) int_tile(w, ldw, a, t0, R, C, 1, y, ldy, add)
 #define INT_TILE(R, C) int_tile(w, ldw, a, t0, R, C, 0, y, ldy, add)
-  if (sign) BY_SHAPE(SIGNED_TILE)
+#define KQUANT_TILE(R, C) int_ktile(w, ldw, format, a, t0, R, C, y, ldy, add)
+  if (integer_scales(format)) BY_SHAPE(KQUANT_TILE)
+  else if (signed_levels(format)) BY_SHAPE(SIGNED_TILE)
   else BY_SHAPE(INT_TILE)
 }
 
@@ -149,18 +193,17 @@ static void blocks(const Part *p, int K, const Acts *a, int T, float *y, int ldy
                    uint8_t *scratch) {
   const size_t ldw = unpacked_bytes(p->format, K);
   const int block = BLOCK_BYTES / ldw > ROWS ? (int)(BLOCK_BYTES / ldw) / ROWS * ROWS : ROWS;
-  const int sign = !is_float(p->format) && signed_levels(p->format);
   for (int b0 = n0; b0 < n1; b0 += block) {
     const int rows = b0 + block < n1 ? block : n1 - b0;
     unpack_rows(p, K, b0, rows, scratch);
-    for (int t0 = 0; t0 < T; t0 += TOKENS) {
-      const int C = T - t0 < TOKENS ? T - t0 : TOKENS;
-      for (int r = 0; r < rows; r += ROWS) {
-        const int R = rows - r < ROWS ? rows - r : ROWS;
+    for (int r = 0; r < rows; r += ROWS) { /* a tile's rows stay in L1 while the tokens pass */
+      const int R = rows - r < ROWS ? rows - r : ROWS;
+      for (int t0 = 0; t0 < T; t0 += TOKENS) {
+        const int C = T - t0 < TOKENS ? T - t0 : TOKENS;
         if (is_float(p->format))
           float_tiles((const float *)(scratch + r * ldw), (int)(ldw / 4), a, t0, R, C, y + b0 + r, ldy, add);
         else
-          int_tiles(scratch + r * ldw, ldw, a, t0, R, C, sign, y + b0 + r, ldy, add);
+          int_tiles(scratch + r * ldw, ldw, p->format, a, t0, R, C, y + b0 + r, ldy, add);
       }
     }
   }
@@ -189,9 +232,12 @@ void dequantize_row(const Matrix *w, int row, float *out) {
   }
   uint8_t unpacked[unpacked_bytes(p->format, K)] __attribute__((aligned(32)));
   unpack_rows(p, K, row, 1, unpacked);
-  const float *lanes = (const float *)(unpacked + K), *mins = (const float *)(unpacked + 2 * (size_t)K);
+  const float *lanes = (const float *)(unpacked + K), *mins = unpacked_mins(unpacked, p->format, K);
+  const float *d = (const float *)(unpacked + K + K / 8);
+  const int16_t *ints = (const int16_t *)(unpacked + K);
   for (int j = 0; j < K; j++) {
     const int level = signed_levels(p->format) ? (int8_t)unpacked[j] : unpacked[j];
-    out[j] = lanes[j / 4] * (float)level - mins[j / 16];
+    const float scale = integer_scales(p->format) ? d[j / 256] * (float)ints[j / 16] : lanes[j / 4];
+    out[j] = scale * (float)level - mins[j / 16];
   }
 }

@@ -8,6 +8,12 @@ int8 weights are signed, with a sign trick), converted to float and added up wit
 lane scales; after each block of BLOCK_UNITS units (the activations' block, quantize.c), that
 sum is added with the block's 8 activation lane scales; at the end the weights' mins times the
 activations' sums of each 16 columns come off, and the 8 lanes are summed in a fixed tree.
+The K-quants (Q4_K, Q5_K, Q6_K), whose scales are integers times the super-block's d, stay in
+integers for a whole activation block instead: per unit, the levels times the activations in
+16-bit column pairs (maddubs: at most 2 * 63 * 127, no saturation), times the unit's integer
+scales, added to 8 int32 lanes (vpdpwssd; madd + add with AVX2); after the block, that sum is
+converted once and added with d times the block's activation lane scales. No float step per
+unit: a wide pass of them costs about half as many instructions.
 Integer sums are exact, and the float steps are the same, in the same order, whatever the
 route, tile, pass width, thread or other tokens. */
 #ifndef DRAFTLINE_PRODUCT_H
@@ -15,12 +21,14 @@ route, tile, pass width, thread or other tokens. */
 
 #include "formats.h"
 
+/* Tiles (rows x tokens) sized to the registers; the narrow route (narrow.c) takes passes of up
+   to FUSED_TOKENS tokens. */
 #if VNNI
-enum { ROWS = 4, TOKENS = 4, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 2 }; /* 32 registers */
+enum { ROWS = 4, TOKENS = 4, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 2, FUSED_ROWS_8 = 1, FUSED_TOKENS = 8 }; /* 32 registers */
 #else
-enum { ROWS = 2, TOKENS = 2, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 1 }; /* 16 registers */
+enum { ROWS = 2, TOKENS = 2, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 1, FUSED_ROWS_8 = 1, FUSED_TOKENS = 4 }; /* 16 registers */
 #endif
-enum { FUSED_ROWS = 4, FUSED_TOKENS = 4, BLOCK_BYTES = 192 << 10, BLOCK_UNITS = ACT_BLOCK / 32 };
+enum { FUSED_ROWS = 4, BLOCK_BYTES = 192 << 10, BLOCK_UNITS = ACT_BLOCK / 32 };
 
 ALWAYS_INLINE int is_float(int format) { return format == F32 || format == F16 || format == BF16; }
 
@@ -38,6 +46,23 @@ ALWAYS_INLINE __m256i dot32(__m256i levels, __m256i q, int sign) {
 /* part += float(dot) * weight lane scales */
 ALWAYS_INLINE __m256 step(__m256 part, __m256i dot, __m256 scales) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scales, part);
+}
+
+/* K-quants: ia += (levels . q per column pair) * the unit's integer scales. */
+ALWAYS_INLINE __m256i idot(__m256i ia, __m256i levels, __m256i q, __m256i ints) {
+  const __m256i pairs = _mm256_maddubs_epi16(levels, q);
+#if VNNI
+  return _mm256_dpwssd_epi32(ia, pairs, ints);
+#else
+  return _mm256_add_epi32(ia, _mm256_madd_epi16(pairs, ints));
+#endif
+}
+
+/* K-quants, after an activation block (u: any of its units): acc += ia * (d * the block's
+   activation lane scales). */
+ALWAYS_INLINE __m256 ifold(__m256 acc, __m256i ia, float d, const float *act_lanes, int u) {
+  const __m256 scales = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_load_ps(act_lanes + u / BLOCK_UNITS * 8));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), scales, acc);
 }
 
 /* After the last unit of an activation block (BLOCK_UNITS units, or the row's end; u: any of them):
@@ -61,12 +86,13 @@ ALWAYS_INLINE float finish(__m256 acc, const float *mins, const float *sums, int
 
 ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v; }
 
-/* Each integer format gets its own copy of a route's kernel, with the format a constant. */
-#define BY_FORMAT(CALL)                                                                            \
+/* Each integer format gets its own copy of a route's kernel, with the format a constant:
+   CALL for formats of 32-column blocks, KCALL for the K-quants. */
+#define BY_FORMAT(CALL, KCALL)                                                                     \
   switch (p->format) {                                                                             \
     case Q4_0: CALL(Q4_0); break; case Q4_1: CALL(Q4_1); break; case Q5_0: CALL(Q5_0); break;      \
-    case Q5_1: CALL(Q5_1); break; case Q8_0: CALL(Q8_0); break; case Q4_K: CALL(Q4_K); break;      \
-    case Q5_K: CALL(Q5_K); break; case Q6_K: CALL(Q6_K); break; case INT4: CALL(INT4); break;      \
+    case Q5_1: CALL(Q5_1); break; case Q8_0: CALL(Q8_0); break; case Q4_K: KCALL(Q4_K); break;     \
+    case Q5_K: KCALL(Q5_K); break; case Q6_K: KCALL(Q6_K); break; case INT4: CALL(INT4); break;    \
     default: CALL(INT8); break;                                                                    \
   }
 
