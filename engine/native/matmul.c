@@ -65,10 +65,22 @@ static void unpack_rows(const Part *p, int K, int r0, int rows, uint8_t *out) {
   }
 }
 
+/* A tile's results: the mins (`mins` bytes into each unpacked row) off, lanes summed. */
+ALWAYS_INLINE void finish_tile(__m256 acc[][TILE_TOKENS], const uint8_t *w, size_t ldw, size_t mins, const Acts *a,
+                               int t0, int R, int C, float *y, int ldy, int add) {
+  const int S = sums_per_row(a->cols);
+  const float *row_mins[ROWS], *sums[TILE_TOKENS];
+  for (int r = 0; r < R; r++) row_mins[r] = (const float *)(w + r * ldw + mins);
+  for (int t = 0; t < C; t++) sums[t] = a->sums + (size_t)(t0 + t) * S;
+  take_mins(acc, R, C, row_mins, sums, S);
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < C; t++) put(y + (size_t)(t0 + t) * ldy + r, sum8(acc[r][t]), add);
+}
+
 ALWAYS_INLINE void int_tile(const uint8_t *w, size_t ldw, const Acts *a, int t0, int R, int C, int sign, float *y,
                             int ldy, int add) {
-  const int K = a->cols, S = sums_per_row(K), L = lanes_per_row(K);
-  __m256 acc[ROWS][TOKENS];
+  const int K = a->cols, L = lanes_per_row(K);
+  __m256 acc[ROWS][TILE_TOKENS];
   for (int r = 0; r < R; r++)
     for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
   for (int u0 = 0; u0 < K / 32; u0 += BLOCK_UNITS) { /* an activation block */
@@ -88,17 +100,14 @@ ALWAYS_INLINE void int_tile(const uint8_t *w, size_t ldw, const Acts *a, int t0,
     for (int r = 0; r < R; r++)
       for (int t = 0; t < C; t++) acc[r][t] = fold(acc[r][t], part[r][t], a->lanes + (size_t)(t0 + t) * L, u1 - 1);
   }
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++)
-      put(y + (size_t)(t0 + t) * ldy + r,
-          finish(acc[r][t], (const float *)(w + r * ldw + 2 * (size_t)K), a->sums + (size_t)(t0 + t) * S, S), add);
+  finish_tile(acc, w, ldw, 2 * (size_t)K, a, t0, R, C, y, ldy, add);
 }
 
 /* The same for the K-quants' unpacked rows, in integers through each activation block. */
 ALWAYS_INLINE void int_ktile(const uint8_t *w, size_t ldw, int format, const Acts *a, int t0, int R, int C, float *y,
                              int ldy, int add) {
-  const int K = a->cols, S = sums_per_row(K), L = lanes_per_row(K);
-  __m256 acc[ROWS][TOKENS];
+  const int K = a->cols, L = lanes_per_row(K);
+  __m256 acc[ROWS][TILE_TOKENS];
   for (int r = 0; r < R; r++)
     for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
   for (int u0 = 0; u0 < K / 32; u0 += BLOCK_UNITS) { /* an activation block: K is a multiple of 256 */
@@ -119,10 +128,7 @@ ALWAYS_INLINE void int_ktile(const uint8_t *w, size_t ldw, int format, const Act
       for (int t = 0; t < C; t++) acc[r][t] = ifold(acc[r][t], ia[r][t], d, a->lanes + (size_t)(t0 + t) * L, u0);
     }
   }
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++)
-      put(y + (size_t)(t0 + t) * ldy + r,
-          finish(acc[r][t], unpacked_mins(w + r * ldw, format, K), a->sums + (size_t)(t0 + t) * S, S), add);
+  finish_tile(acc, w, ldw, K + scales_bytes(format, K), a, t0, R, C, y, ldy, add);
 }
 
 ALWAYS_INLINE void float_tile(const float *w, int ldw, const Acts *a, int t0, int R, int C, float *y, int ldy,

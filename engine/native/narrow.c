@@ -14,14 +14,26 @@ ALWAYS_INLINE void prefetch_rows(const Part *p, int format, int n, int R, int j,
   for (int line = 0; line < R * block_bytes(format); line += 64) _mm_prefetch((const char *)next + line, _MM_HINT_T0);
 }
 
+/* A tile's results: mins off, lanes summed, the first T tokens' kept. */
+ALWAYS_INLINE void finish_fused(__m256 acc[][TILE_TOKENS], int R, int C, int T, const float *mins, const Acts *a, int n,
+                                float *y, int ldy, int add) {
+  const int S = sums_per_row(a->cols);
+  const float *row_mins[FUSED_ROWS], *sums[TILE_TOKENS];
+  for (int r = 0; r < R; r++) row_mins[r] = mins + (size_t)r * S;
+  for (int t = 0; t < C; t++) sums[t] = a->sums + (size_t)(t < T ? t : T - 1) * S;
+  take_mins(acc, R, C, row_mins, sums, S);
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < C && t < T; t++) put(y + (size_t)t * ldy + n + r, sum8(acc[r][t]), add);
+}
+
 /* Rows n..n+R-1 against tokens 0..C-1 (token T-1 stands in for those past T; their results are
    dropped), for formats of 32-column blocks. */
 ALWAYS_INLINE void fused_tile(const Part *p, int format, int K, const Acts *a, int T, int C, int n, int R, float *y,
                               int ldy, int add) {
   const int S = sums_per_row(K), L = lanes_per_row(K), sign = signed_levels(format);
   float mins[FUSED_ROWS][S];
-  __m256 acc[FUSED_ROWS][FUSED_TOKENS], part[FUSED_ROWS][FUSED_TOKENS];
-  int token[FUSED_TOKENS];
+  __m256 acc[FUSED_ROWS][TILE_TOKENS], part[FUSED_ROWS][TILE_TOKENS];
+  int token[TILE_TOKENS];
   for (int t = 0; t < C; t++) token[t] = t < T ? t : T - 1;
   for (int r = 0; r < R; r++) {
     for (int t = 0; t < C; t++) acc[r][t] = part[r][t] = _mm256_setzero_ps();
@@ -52,9 +64,7 @@ ALWAYS_INLINE void fused_tile(const Part *p, int format, int K, const Acts *a, i
         part[r][t] = _mm256_setzero_ps();
       }
   }
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C && t < T; t++)
-      put(y + (size_t)t * ldy + n + r, finish(acc[r][t], mins[r], a->sums + (size_t)t * S, S), add);
+  finish_fused(acc, R, C, T, &mins[0][0], a, n, y, ldy, add);
 }
 
 /* The same for the K-quants, in integers through each activation block (product.h). */
@@ -62,9 +72,9 @@ ALWAYS_INLINE void fused_ktile(const Part *p, int format, int K, const Acts *a, 
                                int ldy, int add) {
   const int S = sums_per_row(K), L = lanes_per_row(K);
   float mins[FUSED_ROWS][S];
-  __m256 acc[FUSED_ROWS][FUSED_TOKENS];
-  __m256i ia[FUSED_ROWS][FUSED_TOKENS];
-  int token[FUSED_TOKENS];
+  __m256 acc[FUSED_ROWS][TILE_TOKENS];
+  __m256i ia[FUSED_ROWS][TILE_TOKENS];
+  int token[TILE_TOKENS];
   for (int t = 0; t < C; t++) token[t] = t < T ? t : T - 1;
   for (int r = 0; r < R; r++) {
     for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps(), ia[r][t] = _mm256_setzero_si256();
@@ -92,9 +102,7 @@ ALWAYS_INLINE void fused_ktile(const Part *p, int format, int K, const Acts *a, 
       }
     }
   }
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C && t < T; t++)
-      put(y + (size_t)t * ldy + n + r, finish(acc[r][t], mins[r], a->sums + (size_t)t * S, S), add);
+  finish_fused(acc, R, C, T, &mins[0][0], a, n, y, ldy, add);
 }
 
 int narrow_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add) {

@@ -28,7 +28,7 @@ enum { ROWS = 4, TOKENS = 4, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 
 #else
 enum { ROWS = 2, TOKENS = 2, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 1, FUSED_ROWS_8 = 1, FUSED_TOKENS = 4 }; /* 16 registers */
 #endif
-enum { FUSED_ROWS = 4, BLOCK_BYTES = 192 << 10, BLOCK_UNITS = ACT_BLOCK / 32 };
+enum { FUSED_ROWS = 4, TILE_TOKENS = 8, BLOCK_BYTES = 192 << 10, BLOCK_UNITS = ACT_BLOCK / 32 };
 
 ALWAYS_INLINE int is_float(int format) { return format == F32 || format == F16 || format == BF16; }
 
@@ -78,10 +78,17 @@ ALWAYS_INLINE float sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-/* After every unit: the mins times the activations' sums, 8 at a time; then the lanes' sum. */
-ALWAYS_INLINE float finish(__m256 acc, const float *mins, const float *sums, int S) {
-  for (int c = 0; c < S; c += 8) acc = _mm256_fnmadd_ps(_mm256_loadu_ps(mins + c), _mm256_load_ps(sums + c), acc);
-  return sum8(acc);
+/* After every unit of a tile of R rows by C tokens: each (row, token) less the row's mins times
+   the token's activation sums, 8 at a time in order (then the caller sums its lanes). The
+   tile's chains go side by side: each alone is a long dependent one (70 steps for 8,960
+   columns), which cost as much as the products did. */
+ALWAYS_INLINE void take_mins(__m256 acc[][TILE_TOKENS], int R, int C, const float *const mins[], const float *const sums[],
+                             int S) {
+  for (int c = 0; c < S; c += 8)
+    for (int r = 0; r < R; r++) {
+      const __m256 m = _mm256_loadu_ps(mins[r] + c);
+      for (int t = 0; t < C; t++) acc[r][t] = _mm256_fnmadd_ps(m, _mm256_load_ps(sums[t] + c), acc[r][t]);
+    }
 }
 
 ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v; }
