@@ -141,6 +141,8 @@ def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
     errs low)."""
     threads = [max_threads]
     costs = {}
+    backend.truncate(0)
+    backend.forward([0])  # untimed: the first pass after loading pays one-time costs (5x a pass, seen)
     for n in [max_threads, 1]:
         torch.set_num_threads(n)
         backend.plan = ExecutionPlan()

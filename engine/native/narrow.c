@@ -125,11 +125,12 @@ int narrow_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, i
 #define KFUSED_4(F) fused_ktile(p, F, K, a, T, 4, n, FUSED_ROWS_4, y, ldy, add)
       BY_FORMAT(FUSED_4, KFUSED_4)
     }
-  else
+  else if (integer_scales(p->format)) /* other formats' wider passes go to the wide route (compile time) */
     for (; n + FUSED_ROWS_8 <= n1; n += FUSED_ROWS_8) {
-#define FUSED_8(F) fused_tile(p, F, K, a, T, 8, n, FUSED_ROWS_8, y, ldy, add)
 #define KFUSED_8(F) fused_ktile(p, F, K, a, T, 8, n, FUSED_ROWS_8, y, ldy, add)
-      BY_FORMAT(FUSED_8, KFUSED_8)
+      switch (p->format) {
+        case Q4_K: KFUSED_8(Q4_K); break; case Q5_K: KFUSED_8(Q5_K); break; default: KFUSED_8(Q6_K); break;
+      }
     }
   return n;
 }
