@@ -103,55 +103,21 @@ ALWAYS_INLINE void int_tile(const uint8_t *w, size_t ldw, const Acts *a, int t0,
   finish_tile(acc, w, ldw, 2 * (size_t)K, a, t0, R, C, y, ldy, add);
 }
 
-/* The integer sums of one activation block (units u0..u0 + BLOCK_UNITS - 1) of a K-quant tile.
-   With AVX-512BW, two units at once in 512-bit registers (full width on Intel's server cores,
-   two halves on Zen 4): the halves added make the same integers as units one by one. */
-#if VNNI && defined(__AVX512BW__)
-ALWAYS_INLINE __m512i two_unit_ints(const int16_t *four) { /* unit_ints of two units */
-  int64_t all;
-  memcpy(&all, four, 8);
-  const __m512i pick = _mm512_set_epi32(0x07060706, 0x07060706, 0x07060706, 0x07060706, 0x05040504, 0x05040504,
-                                        0x05040504, 0x05040504, 0x03020302, 0x03020302, 0x03020302, 0x03020302,
-                                        0x01000100, 0x01000100, 0x01000100, 0x01000100);
-  return _mm512_shuffle_epi8(_mm512_set1_epi64(all), pick);
-}
-
+/* The integer sums of one activation block (units u0..u0 + BLOCK_UNITS - 1) of a K-quant tile. */
 ALWAYS_INLINE void block_sums(const uint8_t *w, size_t ldw, const Acts *a, int t0, int R, int C, int u0,
                               __m256i sums[][TILE_TOKENS]) {
   const int K = a->cols;
-  __m512i ia[ROWS][TILE_TOKENS];
+  Sums2 ia[ROWS][TILE_TOKENS];
   for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++) ia[r][t] = _mm512_setzero_si512();
+    for (int t = 0; t < C; t++) ia[r][t] = zero2();
   for (int u = u0; u < u0 + BLOCK_UNITS; u += 2)
     for (int r = 0; r < R; r++) {
-      const __m512i levels = _mm512_loadu_si512(w + r * ldw + 32 * u);
-      const __m512i ints = two_unit_ints((const int16_t *)(w + r * ldw + K) + 2 * u);
-      for (int t = 0; t < C; t++) {
-        const __m512i q = _mm512_loadu_si512(a->q + (size_t)(t0 + t) * K + 32 * u);
-        ia[r][t] = _mm512_dpwssd_epi32(ia[r][t], _mm512_maddubs_epi16(levels, q), ints);
-      }
+      const Units2 levels = load2(w + r * ldw + 32 * u), ints = ints2((const int16_t *)(w + r * ldw + K) + 2 * u);
+      for (int t = 0; t < C; t++) ia[r][t] = idot2(ia[r][t], levels, load2(a->q + (size_t)(t0 + t) * K + 32 * u), ints);
     }
   for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++)
-      sums[r][t] = _mm256_add_epi32(_mm512_castsi512_si256(ia[r][t]), _mm512_extracti64x4_epi64(ia[r][t], 1));
+    for (int t = 0; t < C; t++) sums[r][t] = sum2(ia[r][t]);
 }
-#else
-ALWAYS_INLINE void block_sums(const uint8_t *w, size_t ldw, const Acts *a, int t0, int R, int C, int u0,
-                              __m256i sums[][TILE_TOKENS]) {
-  const int K = a->cols;
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++) sums[r][t] = _mm256_setzero_si256();
-  for (int u = u0; u < u0 + BLOCK_UNITS; u++)
-    for (int r = 0; r < R; r++) {
-      const __m256i levels = _mm256_load_si256((const __m256i *)(w + r * ldw + 32 * u));
-      const __m256i ints = unit_ints((const int16_t *)(w + r * ldw + K) + 2 * u);
-      for (int t = 0; t < C; t++) {
-        const __m256i q = _mm256_load_si256((const __m256i *)(a->q + (size_t)(t0 + t) * K + 32 * u));
-        sums[r][t] = idot(sums[r][t], levels, q, ints);
-      }
-    }
-}
-#endif
 
 /* The same as int_tile for the K-quants' unpacked rows, in integers through each activation block. */
 ALWAYS_INLINE void int_ktile(const uint8_t *w, size_t ldw, int format, const Acts *a, int t0, int R, int C, float *y,

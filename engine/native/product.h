@@ -24,7 +24,7 @@ route, tile, pass width, thread or other tokens. */
 /* Tiles (rows x tokens) sized to the registers; the narrow route (narrow.c) takes passes of up
    to FUSED_TOKENS tokens. */
 #if VNNI
-enum { ROWS = 4, TOKENS = 4, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 2, FUSED_ROWS_8 = 1, FUSED_TOKENS = 8 }; /* 32 registers */
+enum { ROWS = 4, TOKENS = 4, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 3, FUSED_ROWS_8 = 1, FUSED_TOKENS = 8 }; /* 32 registers */
 #else
 enum { ROWS = 2, TOKENS = 2, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 1, FUSED_ROWS_8 = 1, FUSED_TOKENS = 4 }; /* 16 registers */
 #endif
@@ -57,6 +57,49 @@ ALWAYS_INLINE __m256i idot(__m256i ia, __m256i levels, __m256i q, __m256i ints) 
   return _mm256_add_epi32(ia, _mm256_madd_epi16(pairs, ints));
 #endif
 }
+
+/* K-quant sums two units at a time: in 512-bit registers where AVX-512BW multiplies bytes (at
+   full width on Intel's server cores, in two halves on Zen 4), the halves added at the end of
+   an activation block; else unit after unit in one 256-bit sum. Integers either way: the same
+   sums. */
+#if VNNI && defined(__AVX512BW__)
+typedef __m512i Units2; /* two units' levels, activations or integer scales */
+typedef __m512i Sums2;
+ALWAYS_INLINE Units2 units2(__m256i first, __m256i second) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
+}
+ALWAYS_INLINE Units2 load2(const void *p) { return _mm512_loadu_si512(p); }
+ALWAYS_INLINE Units2 ints2(const int16_t *four) { /* unit_ints of two units */
+  int64_t all;
+  memcpy(&all, four, 8);
+  const __m512i pick = _mm512_set_epi32(0x07060706, 0x07060706, 0x07060706, 0x07060706, 0x05040504, 0x05040504,
+                                        0x05040504, 0x05040504, 0x03020302, 0x03020302, 0x03020302, 0x03020302,
+                                        0x01000100, 0x01000100, 0x01000100, 0x01000100);
+  return _mm512_shuffle_epi8(_mm512_set1_epi64(all), pick);
+}
+ALWAYS_INLINE Sums2 zero2(void) { return _mm512_setzero_si512(); }
+ALWAYS_INLINE Sums2 idot2(Sums2 ia, Units2 levels, Units2 q, Units2 ints) {
+  return _mm512_dpwssd_epi32(ia, _mm512_maddubs_epi16(levels, q), ints);
+}
+ALWAYS_INLINE __m256i sum2(Sums2 ia) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(ia), _mm512_extracti64x4_epi64(ia, 1));
+}
+#else
+typedef struct {
+  __m256i unit[2];
+} Units2;
+typedef __m256i Sums2;
+ALWAYS_INLINE Units2 units2(__m256i first, __m256i second) { return (Units2){{first, second}}; }
+ALWAYS_INLINE Units2 load2(const void *p) {
+  return units2(_mm256_loadu_si256((const __m256i *)p), _mm256_loadu_si256((const __m256i *)p + 1));
+}
+ALWAYS_INLINE Units2 ints2(const int16_t *four) { return units2(unit_ints(four), unit_ints(four + 2)); }
+ALWAYS_INLINE Sums2 zero2(void) { return _mm256_setzero_si256(); }
+ALWAYS_INLINE Sums2 idot2(Sums2 ia, Units2 levels, Units2 q, Units2 ints) {
+  return idot(idot(ia, levels.unit[0], q.unit[0], ints.unit[0]), levels.unit[1], q.unit[1], ints.unit[1]);
+}
+ALWAYS_INLINE __m256i sum2(Sums2 ia) { return ia; }
+#endif
 
 /* K-quants, after an activation block (u: any of its units): acc += ia * (d * the block's
    activation lane scales). */
