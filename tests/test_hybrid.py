@@ -2,6 +2,7 @@
 time) the model runs only where lookup has little and trees stay small; with a GPU's costs
 (every width about one pass, draft tokens nearly free) the same policy runs the model beside
 lookup and verifies wide trees."""
+import time
 from collections.abc import Sequence
 
 import torch
@@ -92,3 +93,32 @@ def test_trees_stay_within_the_widths_that_round_like_plain_decoding():
     mixed = Calibration(pass_cost=[], prefill_tokens_per_s=1.0, plan=ExecutionPlan(kernels=[STORED] * 13 + ["bf16"] * 13))
     assert _exact_width(mixed, 33) == 12
     assert _exact_width(Calibration(pass_cost=[], prefill_tokens_per_s=1.0, plan=ExecutionPlan(kernels=[STORED] * 26)), 33) == 33
+
+
+class SlowModel(ScriptedModel):
+    """Drafts as ScriptedModel does, taking `seconds` a run: what a run really costs can be
+    far more than its timed pass cost (Python, sampling, reading what it has not seen)."""
+
+    def __init__(self, chain: list[int], seconds: float):
+        super().__init__(chain)
+        self.seconds = seconds
+
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling, generator, prefix=()) -> Draft:
+        time.sleep(self.seconds)
+        return super().propose(context, k, sampling, generator, prefix)
+
+
+def test_the_model_stops_running_where_its_runs_take_longer_than_its_pass_cost_said():
+    """Pass costs of a millisecond, a draft pass timed at a third of one: by the timed cost the
+    model pays where lookup has nothing. A model whose runs take 20 ms is then charged what its
+    runs really take and runs only as an occasional probe; one as fast as timed runs every time."""
+    costs = PassCosts([0.0] + [0.001 * (1.0 + 0.2 * (w - 1)) for w in range(1, 26)], draft_cost=0.00033)
+    for seconds, most_calls in ((0.02, 4), (0.0, 12)):
+        lookup = Lookup()
+        lookup.set_document("doc", DOCUMENT)
+        model = SlowModel([7, 8, 9, 10, 11, 12, 13, 14], seconds)
+        hybrid = Hybrid(lookup, model, costs, Acceptance())
+        for _ in range(12):
+            propose(hybrid, [1, 2, 3])
+        assert model.calls <= most_calls and (seconds == 0.0) == (model.calls == 12), (seconds, model.calls)
+    assert hybrid.draft_time_ratio < 1.0  # the instant model ran faster than timed

@@ -35,6 +35,7 @@ MODEL_PROBE_EVERY = 4  # and run the draft model after this many drafts without 
 _PROBE_MOST = 64  # twice as many after each such run, up to this many
 _LAG = 8  # most unread tokens a model run is charged for
 _CHECKED = 8  # most tokens of lookup's likeliest path the model reads before drafting on
+_RATE = 0.2  # weight of each model run in the running ratio of its actual to predicted time
 
 
 class Hybrid:
@@ -48,6 +49,10 @@ class Hybrid:
         self._idle = 0
         self._skipped = 0  # drafts since the model last ran
         self._probe_every = MODEL_PROBE_EVERY
+        # What model runs really took over what their passes were predicted to take (the
+        # draft's pass cost is timed alone; a run also pays Python, sampling and reading what
+        # it has not seen), as a running ratio that scales the predictions.
+        self.draft_time_ratio = 1.0
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: torch.Generator) -> Draft:
@@ -71,11 +76,15 @@ class Hybrid:
                 self._probe_every = min(2 * self._probe_every, _PROBE_MOST)
             if pays or probe:
                 self._skipped = 0
+                first_pass = self._first_pass(context, path)
                 start = time.perf_counter()
                 drafted = self.model.propose(context, k, sampling, generator,
                                              [tree.nodes[i].token for i in path])
                 spent = time.perf_counter() - start
                 self._merge(tree, drafted)
+                predicted = first_pass + self.costs.draft_cost * max(0, len(self._model_chain) - 1)
+                if predicted > 0:
+                    self.draft_time_ratio += _RATE * (spent / predicted - self.draft_time_ratio)
         keep = 0
         if best_prefix([tree.nodes[i].chance for i in tree.ranked()[:1]], self.costs, spent)[0] == 0:
             self._idle += 1
@@ -89,7 +98,7 @@ class Hybrid:
         parts from it) its chain goes on, each token right with its measured rates, a pass
         each."""
         first, following = self.acceptance.model_first, self.acceptance.model_next
-        d = self.costs.draft_cost
+        d = self.costs.draft_cost * self.draft_time_ratio
         chances = sorted((n.chance for n in tree.nodes), reverse=True)[:self.max_nodes]
         now = best_prefix(chances, self.costs)[1]
         reach = 1.0  # the chance lookup's path is right up to here
@@ -98,10 +107,7 @@ class Hybrid:
             reach = tree.nodes[i].chance
         if not self.model.reads_prefix:  # its chain starts where lookup's first tokens are
             reach = 1.0 - min(1.0, sum(n.chance for n in tree.nodes if n.parent == -1))
-        # Its first pass also reads what it has not seen (the tokens lookup drafted since it
-        # last ran). A longer lag is read once whenever it runs next, so only a few count here.
-        width = min(self.model.behind(context), _LAG) + len(path)
-        spent = d * self.costs.verify(width) / self.costs.verify(1)
+        spent = self._first_pass(context, path) * self.draft_time_ratio
         chance = reach * first
         for length in range(1, k - len(path) + 1):
             if chance < self.floor:
@@ -112,6 +118,13 @@ class Hybrid:
                 return True
             chance *= following
         return False
+
+    def _first_pass(self, context: Sequence[int], path: list[int]) -> float:
+        """The predicted time of the model's first pass: it reads what it has not seen (the
+        tokens drafted since it last ran; a longer lag is read once whenever it runs next, so
+        only a few count) and lookup's path."""
+        width = min(self.model.behind(context), _LAG) + len(path)
+        return self.costs.draft_cost * self.costs.verify(width) / self.costs.verify(1)
 
     def _merge(self, tree: TokenTree, drafted: Draft) -> None:
         """Add the model's nodes; each one's chance is its parent's (as the tree has it now,
