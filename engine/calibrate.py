@@ -21,8 +21,8 @@ user's cache directory; later starts only warm the pass shapes up.
 A model the native decoder runs (engine/native/) has nothing to choose but thread counts: C
 runs every pass, prefill included, in the stored format (no copies: a prefill computes each
 token bitwise as decoding does), and needs no warm-up. Its calibration is one pass of each of
-_NATIVE_WIDTHS and max_width tokens from an empty cache, about a second for a 1.5B model on two
-cores, kept per machine and model.
+_NATIVE_WIDTHS and max_width tokens from an empty cache (after one untimed pass), about a
+second for a 1.5B model on two cores, kept per machine, model and C decoder build.
 """
 from __future__ import annotations
 

@@ -123,7 +123,8 @@ def test_an_int4_model_prefilling_natively_keeps_only_the_packed_layout(monkeypa
 def test_a_natively_run_model_is_calibrated_in_a_few_passes_without_copies(monkeypatch):
     """The native decoder runs every pass, prefill included: no kernel to choose, no copy to
     make, no warm-up; only pass costs (1, 2, 4 and max_width tokens from an empty cache, one pass
-    each) and the thread count per width, on one thread too where passes are short."""
+    each, after one untimed one-token pass) and the thread count per width, on one thread too
+    where passes are short."""
     model = TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16, max_len=256, quant="int8")
     assert model.native is not None
     widths = []
@@ -133,7 +134,8 @@ def test_a_natively_run_model_is_calibrated_in_a_few_passes_without_copies(monke
     monkeypatch.setattr(model, "use_prefill_kernel",
                         lambda kernel, **kw: use(kernel) if kernel == STORED else pytest.fail(f"{kernel} was tried"))
     cal = calibrate.measure(model, max_width=6, max_threads=2)
-    assert sorted(widths) == [1, 1, 2, 2, 4, 4, 6, 6]  # 1, 2, 4 and 6 tokens, on 2 threads and (short passes) on 1
+    # the untimed pass, then 1, 2, 4 and 6 tokens on 2 threads and (short passes) on 1
+    assert sorted(widths) == [1, 1, 1, 2, 2, 4, 4, 6, 6]
     assert len(cal.pass_cost) == 7 and all(c > 0 for c in cal.pass_cost[1:])
     assert all(cal.plan.kernel_for(w) == STORED for w in range(1, 7)) and cal.copy_kernel is None
     assert model.plan == cal.plan and set(cal.plan.threads) <= {1, 2}
