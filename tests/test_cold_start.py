@@ -278,3 +278,20 @@ def test_a_prefill_is_cancelled_within_about_half_a_second_at_the_measured_rate(
     assert prefill_chunk_for(1e6) == PREFILL_CHUNK
     target = fp32_engine.target
     assert target.prefill_chunk == prefill_chunk_for(fp32_engine.prefill_tokens_per_s())
+
+
+def test_a_kept_calibration_belongs_to_the_c_decoder_build_that_measured_it(tmp_path):
+    """A new kernel changes what passes cost, so a calibration measured with another build of
+    the native decoder is not reused (nor one measured without it)."""
+    from engine.engine import _calibration_key
+
+    model_file = tmp_path / "model.gguf"
+    model_file.write_bytes(b"weights")
+    model = TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16, max_len=256, quant="int8")
+    assert model.native is not None
+    key = _calibration_key(str(model_file), model, 2)
+    assert model.native.build in key and _calibration_key(str(model_file), model, 2) == key
+    model.native.build = "decoder-another-build"
+    assert _calibration_key(str(model_file), model, 2) != key
+    model.native = None
+    assert _calibration_key(str(model_file), model, 2) != key
