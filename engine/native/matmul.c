@@ -61,7 +61,7 @@ static void unpack_rows(const Part *p, int K, int r0, int rows, uint8_t *out) {
       continue;
     }
 #define UNPACK(F) unpack_row(p, F, K, r0 + r, out + r * ldw)
-    BY_FORMAT(UNPACK, UNPACK)
+    BY_FORMAT(UNPACK)
   }
 }
 

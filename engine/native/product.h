@@ -24,9 +24,9 @@ route, tile, pass width, thread or other tokens. */
 /* Tiles (rows x tokens) sized to the registers; the narrow route (narrow.c) takes passes of up
    to FUSED_TOKENS tokens. */
 #if VNNI
-enum { ROWS = 4, TOKENS = 4, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 3, FUSED_ROWS_8 = 1, FUSED_TOKENS = 8 }; /* 32 registers */
+enum { ROWS = 4, TOKENS = 4, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_3 = 4, FUSED_ROWS_4 = 3, FUSED_ROWS_6 = 2, FUSED_ROWS_8 = 1, FUSED_TOKENS = 8 }; /* 32 registers */
 #else
-enum { ROWS = 2, TOKENS = 2, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_4 = 1, FUSED_ROWS_8 = 1, FUSED_TOKENS = 4 }; /* 16 registers */
+enum { ROWS = 2, TOKENS = 2, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_3 = 1, FUSED_ROWS_4 = 1, FUSED_ROWS_6 = 1, FUSED_ROWS_8 = 1, FUSED_TOKENS = 4 }; /* 16 registers */
 #endif
 enum { FUSED_ROWS = 4, TILE_TOKENS = 8, BLOCK_BYTES = 192 << 10, BLOCK_UNITS = ACT_BLOCK / 32 };
 
@@ -136,18 +136,23 @@ ALWAYS_INLINE void take_mins(__m256 acc[][TILE_TOKENS], int R, int C, const floa
 
 ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v; }
 
-/* Each integer format gets its own copy of a route's kernel, with the format a constant:
-   CALL for formats of 32-column blocks, KCALL for the K-quants. */
-#define BY_FORMAT(CALL, KCALL)                                                                     \
+/* Each integer format gets its own copy of a route's kernel, with the format a constant. */
+#define BLOCK32_FORMAT(CALL)                                                                       \
   switch (p->format) {                                                                             \
     case Q4_0: CALL(Q4_0); break; case Q4_1: CALL(Q4_1); break; case Q5_0: CALL(Q5_0); break;      \
-    case Q5_1: CALL(Q5_1); break; case Q8_0: CALL(Q8_0); break; case Q4_K: KCALL(Q4_K); break;     \
-    case Q5_K: KCALL(Q5_K); break; case Q6_K: KCALL(Q6_K); break; case INT4: CALL(INT4); break;    \
+    case Q5_1: CALL(Q5_1); break; case Q8_0: CALL(Q8_0); break; case INT4: CALL(INT4); break;      \
     default: CALL(INT8); break;                                                                    \
   }
+#define K_FORMAT(CALL)                                                                             \
+  switch (p->format) {                                                                             \
+    case Q4_K: CALL(Q4_K); break; case Q5_K: CALL(Q5_K); break; default: CALL(Q6_K); break;        \
+  }
+#define BY_FORMAT(CALL)                                                                            \
+  if (integer_scales(p->format)) K_FORMAT(CALL) else BLOCK32_FORMAT(CALL)
 
 /* Rows n0..n1 of one part against T <= FUSED_TOKENS tokens, read and multiplied unit by unit
-   (narrow.c); returns where it stopped (rows left over, fewer than a tile, go to the wide route). */
+   (narrow.c, narrow_k.c); returns where it stopped (rows left over, fewer than a tile, and
+   passes wider than 4 tokens of formats of 32-column blocks go to the wide route). */
 int narrow_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add);
 
 #endif
