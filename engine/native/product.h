@@ -1,5 +1,5 @@
-/* The arithmetic every route of the products shares (narrow.c, matmul.c), so that a (row,
-token) rounds alike whichever computes it.
+/* The arithmetic every route of the products shares (narrow.c, narrow_k.c, matmul.c), so that
+a (row, token) rounds alike whichever computes it.
 
 Per 32 columns (a unit) of one row and one token: an integer dot product of the 8-bit levels
 (formats.h) and activations in 8 int32 lanes of 4 columns each (vpdpbusd with AVX-512 VNNI, on
@@ -21,12 +21,15 @@ route, tile, pass width, thread or other tokens. */
 
 #include "formats.h"
 
-/* Tiles (rows x tokens) sized to the registers; the narrow route (narrow.c) takes passes of up
-   to FUSED_TOKENS tokens. */
-#if VNNI
-enum { ROWS = 4, TOKENS = 4, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_3 = 4, FUSED_ROWS_4 = 3, FUSED_ROWS_6 = 2, FUSED_ROWS_8 = 1, FUSED_TOKENS = 8 }; /* 32 registers */
-#else
-enum { ROWS = 2, TOKENS = 2, FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_3 = 1, FUSED_ROWS_4 = 1, FUSED_ROWS_6 = 1, FUSED_ROWS_8 = 1, FUSED_TOKENS = 4 }; /* 16 registers */
+/* Tiles (rows x tokens) sized to the registers: ROWS x TOKENS in the wide route (matmul.c);
+   FUSED_ROWS_n rows for a pass of n tokens in the narrow route, which takes passes of up to
+   FUSED_TOKENS tokens. */
+#if VNNI /* 32 registers */
+enum { ROWS = 4, TOKENS = 4, FUSED_TOKENS = 8 };
+enum { FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_3 = 4, FUSED_ROWS_4 = 3, FUSED_ROWS_6 = 2, FUSED_ROWS_8 = 1 };
+#else /* 16 registers */
+enum { ROWS = 2, TOKENS = 2, FUSED_TOKENS = 4 };
+enum { FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_3 = 1, FUSED_ROWS_4 = 1, FUSED_ROWS_6 = 1, FUSED_ROWS_8 = 1 };
 #endif
 enum { FUSED_ROWS = 4, TILE_TOKENS = 8, BLOCK_BYTES = 192 << 10, BLOCK_UNITS = ACT_BLOCK / 32 };
 
