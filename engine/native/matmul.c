@@ -27,8 +27,10 @@ ALWAYS_INLINE float *unpacked_mins(const uint8_t *row, int format, int K) {
   return (float *)(row + K + scales_bytes(format, K));
 }
 
+ALWAYS_INLINE float *unpacked_d(const uint8_t *row, int K) { return (float *)(row + K + K / 8); } /* K-quants */
+
 ALWAYS_INLINE void unpack_row(const Part *p, int format, int K, int row, uint8_t *out) {
-  float *lanes = (float *)(out + K), *mins = unpacked_mins(out, format, K), *d = (float *)(out + K + K / 8);
+  float *lanes = (float *)(out + K), *mins = unpacked_mins(out, format, K), *d = unpacked_d(out, K);
   int16_t *ints = (int16_t *)(out + K);
   const int per = block_columns(format);
   for (int j = 0; j < K; j += per) {
@@ -65,16 +67,14 @@ static void unpack_rows(const Part *p, int K, int r0, int rows, uint8_t *out) {
   }
 }
 
-/* A tile's results: the mins (`mins` bytes into each unpacked row) off, lanes summed. */
-ALWAYS_INLINE void finish_tile(__m256 acc[][TILE_TOKENS], const uint8_t *w, size_t ldw, size_t mins, const Acts *a,
-                               int t0, int R, int C, float *y, int ldy, int add) {
+/* A tile's results, its rows' mins `mins` bytes into each unpacked row. */
+ALWAYS_INLINE void finish_unpacked(__m256 acc[][TILE_TOKENS], const uint8_t *w, size_t ldw, size_t mins, const Acts *a,
+                                   int t0, int R, int C, float *y, int ldy, int add) {
   const int S = sums_per_row(a->cols);
   const float *row_mins[ROWS], *sums[TILE_TOKENS];
   for (int r = 0; r < R; r++) row_mins[r] = (const float *)(w + r * ldw + mins);
   for (int t = 0; t < C; t++) sums[t] = a->sums + (size_t)(t0 + t) * S;
-  take_mins(acc, R, C, row_mins, sums, S);
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C; t++) put(y + (size_t)(t0 + t) * ldy + r, sum8(acc[r][t]), add);
+  finish_tile(acc, R, C, C, row_mins, sums, S, y + (size_t)t0 * ldy, ldy, add);
 }
 
 ALWAYS_INLINE void int_tile(const uint8_t *w, size_t ldw, const Acts *a, int t0, int R, int C, int sign, float *y,
@@ -100,7 +100,7 @@ ALWAYS_INLINE void int_tile(const uint8_t *w, size_t ldw, const Acts *a, int t0,
     for (int r = 0; r < R; r++)
       for (int t = 0; t < C; t++) acc[r][t] = fold(acc[r][t], part[r][t], a->lanes + (size_t)(t0 + t) * L, u1 - 1);
   }
-  finish_tile(acc, w, ldw, 2 * (size_t)K, a, t0, R, C, y, ldy, add);
+  finish_unpacked(acc, w, ldw, 2 * (size_t)K, a, t0, R, C, y, ldy, add);
 }
 
 /* The integer sums of one activation block (units u0..u0 + BLOCK_UNITS - 1) of a K-quant tile. */
@@ -130,11 +130,11 @@ ALWAYS_INLINE void int_ktile(const uint8_t *w, size_t ldw, int format, const Act
     __m256i ia[ROWS][TILE_TOKENS];
     block_sums(w, ldw, a, t0, R, C, u0, ia);
     for (int r = 0; r < R; r++) {
-      const float d = ((const float *)(w + r * ldw + K + K / 8))[u0 / 8];
+      const float d = unpacked_d(w + r * ldw, K)[u0 / 8];
       for (int t = 0; t < C; t++) acc[r][t] = ifold(acc[r][t], ia[r][t], d, a->lanes + (size_t)(t0 + t) * L, u0);
     }
   }
-  finish_tile(acc, w, ldw, K + scales_bytes(format, K), a, t0, R, C, y, ldy, add);
+  finish_unpacked(acc, w, ldw, K + scales_bytes(format, K), a, t0, R, C, y, ldy, add);
 }
 
 ALWAYS_INLINE void float_tile(const float *w, int ldw, const Acts *a, int t0, int R, int C, float *y, int ldy,
@@ -245,7 +245,7 @@ void dequantize_row(const Matrix *w, int row, float *out) {
   uint8_t unpacked[unpacked_bytes(p->format, K)] __attribute__((aligned(32)));
   unpack_rows(p, K, row, 1, unpacked);
   const float *lanes = (const float *)(unpacked + K), *mins = unpacked_mins(unpacked, p->format, K);
-  const float *d = (const float *)(unpacked + K + K / 8);
+  const float *d = unpacked_d(unpacked, K);
   const int16_t *ints = (const int16_t *)(unpacked + K);
   for (int j = 0; j < K; j++) {
     const int level = signed_levels(p->format) ? (int8_t)unpacked[j] : unpacked[j];

@@ -19,9 +19,7 @@ ALWAYS_INLINE void finish_fused(__m256 acc[][TILE_TOKENS], int R, int C, int T, 
   const float *row_mins[FUSED_ROWS], *sums[TILE_TOKENS];
   for (int r = 0; r < R; r++) row_mins[r] = mins + (size_t)r * S;
   for (int t = 0; t < C; t++) sums[t] = a->sums + (size_t)(t < T ? t : T - 1) * S;
-  take_mins(acc, R, C, row_mins, sums, S);
-  for (int r = 0; r < R; r++)
-    for (int t = 0; t < C && t < T; t++) put(y + (size_t)t * ldy + n + r, sum8(acc[r][t]), add);
+  finish_tile(acc, R, C, C < T ? C : T, row_mins, sums, S, y + n, ldy, add);
 }
 
 /* narrow_rows for a K-quant part (narrow_k.c). */

@@ -3,7 +3,8 @@ activation block (product.h): tiles for passes of 1, 2, 3, 4, 6 and 8 tokens, ea
 its shape as constants (a pass of 5 runs in the 6-token tile, 7 in the 8-token one). */
 #include "narrow.h"
 
-/* The same for the K-quants, in integers through each activation block (product.h). */
+/* Rows n..n+R-1 against tokens 0..C-1 (token T-1 stands in for those past T; their results are
+   dropped), in integers through each activation block. */
 ALWAYS_INLINE void fused_ktile(const Part *p, int format, int K, const Acts *a, int T, int C, int n, int R, float *y,
                                int ldy, int add) {
   const int S = sums_per_row(K), L = lanes_per_row(K);
@@ -41,21 +42,21 @@ ALWAYS_INLINE void fused_ktile(const Part *p, int format, int K, const Acts *a, 
   finish_fused(acc, R, C, T, &mins[0][0], a, n, y, ldy, add);
 }
 
-int narrow_krows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add) {
-  int n = n0;
-#define KTILES(C, ROWS_PER)                                                                        \
-  for (; n + ROWS_PER <= n1; n += ROWS_PER) {                                                      \
-    switch (p->format) {                                                                           \
-      case Q4_K: fused_ktile(p, Q4_K, K, a, T, C, n, ROWS_PER, y, ldy, add); break;                \
-      case Q5_K: fused_ktile(p, Q5_K, K, a, T, C, n, ROWS_PER, y, ldy, add); break;                \
-      default: fused_ktile(p, Q6_K, K, a, T, C, n, ROWS_PER, y, ldy, add); break;                  \
-    }                                                                                              \
+/* Tiles of C tokens by R rows from row n on, while whole tiles fit; returns where they stopped. */
+ALWAYS_INLINE int ktiles(const Part *p, int K, const Acts *a, int T, int C, int R, float *y, int ldy, int n, int n1,
+                         int add) {
+  for (; n + R <= n1; n += R) {
+#define KTILE(F) fused_ktile(p, F, K, a, T, C, n, R, y, ldy, add)
+    K_FORMAT(KTILE)
   }
-  if (T == 1) KTILES(1, FUSED_ROWS_1)
-  else if (T == 2) KTILES(2, FUSED_ROWS_2)
-  else if (T == 3) KTILES(3, FUSED_ROWS_3)
-  else if (T == 4) KTILES(4, FUSED_ROWS_4)
-  else if (T <= 6) KTILES(6, FUSED_ROWS_6)
-  else KTILES(8, FUSED_ROWS_8)
   return n;
+}
+
+int narrow_krows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add) {
+  if (T == 1) return ktiles(p, K, a, 1, 1, FUSED_ROWS_1, y, ldy, n0, n1, add);
+  if (T == 2) return ktiles(p, K, a, 2, 2, FUSED_ROWS_2, y, ldy, n0, n1, add);
+  if (T == 3) return ktiles(p, K, a, 3, 3, FUSED_ROWS_3, y, ldy, n0, n1, add);
+  if (T == 4) return ktiles(p, K, a, 4, 4, FUSED_ROWS_4, y, ldy, n0, n1, add);
+  if (T <= 6) return ktiles(p, K, a, T, 6, FUSED_ROWS_6, y, ldy, n0, n1, add);
+  return ktiles(p, K, a, T, 8, FUSED_ROWS_8, y, ldy, n0, n1, add);
 }

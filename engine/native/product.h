@@ -124,20 +124,22 @@ ALWAYS_INLINE float sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v; }
+
 /* After every unit of a tile of R rows by C tokens: each (row, token) less the row's mins times
-   the token's activation sums, 8 at a time in order (then the caller sums its lanes). The
-   tile's chains go side by side: each alone is a long dependent one (70 steps for 8,960
-   columns), which cost as much as the products did. */
-ALWAYS_INLINE void take_mins(__m256 acc[][TILE_TOKENS], int R, int C, const float *const mins[], const float *const sums[],
-                             int S) {
+   the token's activation sums, 8 at a time in order, then its lanes summed; the first `kept`
+   tokens' results go to y[t * ldy + r]. The tile's chains go side by side: each alone is a
+   long dependent one (70 steps for 8,960 columns), which cost as much as the products did. */
+ALWAYS_INLINE void finish_tile(__m256 acc[][TILE_TOKENS], int R, int C, int kept, const float *const mins[],
+                               const float *const sums[], int S, float *y, int ldy, int add) {
   for (int c = 0; c < S; c += 8)
     for (int r = 0; r < R; r++) {
       const __m256 m = _mm256_loadu_ps(mins[r] + c);
       for (int t = 0; t < C; t++) acc[r][t] = _mm256_fnmadd_ps(m, _mm256_load_ps(sums[t] + c), acc[r][t]);
     }
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < kept; t++) put(y + (size_t)t * ldy + r, sum8(acc[r][t]), add);
 }
-
-ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v; }
 
 /* Each integer format gets its own copy of a route's kernel, with the format a constant. */
 #define BLOCK32_FORMAT(CALL)                                                                       \
