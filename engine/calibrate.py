@@ -21,8 +21,8 @@ user's cache directory; later starts only warm the pass shapes up.
 A model the native decoder runs (engine/native/) has nothing to choose but thread counts: C
 runs every pass, prefill included, in the stored format (no copies: a prefill computes each
 token bitwise as decoding does), and needs no warm-up. Its calibration is one pass of each of
-_NATIVE_WIDTHS and max_width tokens from an empty cache (after one untimed pass), about a
-second for a 1.5B model on two cores, kept per machine, model and C decoder build.
+_NATIVE_WIDTHS tokens from an empty cache (after one untimed pass), about 0.4 s for a 1.5B
+model on two cores, kept per machine, model and C decoder build.
 """
 from __future__ import annotations
 
@@ -133,20 +133,30 @@ _NATIVE_WIDTHS = (1, 2, 4, 8)
 _SHORT_PASS = 0.02
 
 
+def _beyond(costs: list[float], max_width: int) -> list[float]:
+    """`costs` extended to max_width in proportion to the widest measured pass: wider passes
+    take the wide route (matmul.c), bound by arithmetic, so a token there costs at least what
+    it does in the widest narrow tile (on the 1.5B: 0.455 s measured for 25 tokens, 0.459 s
+    estimated from 8; a smaller model's wide route is up to 30% cheaper, so this errs high)."""
+    last = len(costs) - 1
+    return costs + [costs[last] * w / last for w in range(last + 1, max_width + 1)]
+
+
 def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
     """Pass costs of a model the native decoder runs, from an empty cache: passes of
-    _NATIVE_WIDTHS tokens and max_width, once each, on all threads, and on one thread too where
-    a one-token pass is short; the widths between are interpolated. The prefill rate is estimated from the widest
-    pass (a prefill multiplies in the same tiles; its unpacking is shared by more tokens, so this
-    errs low)."""
-    threads = [max_threads]
+    _NATIVE_WIDTHS tokens, once each, on all threads, and on one thread too where a one-token
+    pass is short; the widths between are interpolated and wider ones estimated (`_beyond`:
+    timing a 25-token pass was half of a first start's calibration). The prefill rate is
+    estimated from the widest pass (a prefill multiplies in the same tiles; its unpacking is
+    shared by more tokens, so this errs low)."""
+    threads, widest = [max_threads], min(max_width, max(_NATIVE_WIDTHS))
     costs = {}
     backend.truncate(0)
     backend.forward([0])  # untimed: the first pass after loading pays one-time costs (5x a pass, seen)
     for n in [max_threads, 1]:
         torch.set_num_threads(n)
         backend.plan = ExecutionPlan()
-        costs[n] = measure_pass_costs(backend, max_width, repeats=1, widths=_NATIVE_WIDTHS, context=0)
+        costs[n] = _beyond(measure_pass_costs(backend, widest, repeats=1, widths=_NATIVE_WIDTHS, context=0), max_width)
         if n == max_threads and (max_threads == 1 or costs[n][1] >= _SHORT_PASS):
             break
         threads = sorted(costs)

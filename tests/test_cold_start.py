@@ -122,7 +122,7 @@ def test_an_int4_model_prefilling_natively_keeps_only_the_packed_layout(monkeypa
 
 def test_a_natively_run_model_is_calibrated_in_a_few_passes_without_copies(monkeypatch):
     """The native decoder runs every pass, prefill included: no kernel to choose, no copy to
-    make, no warm-up; only pass costs (1, 2, 4 and max_width tokens from an empty cache, one pass
+    make, no warm-up; only pass costs (1, 2, 4 and max_width <= 8 tokens from an empty cache, one pass
     each, after one untimed one-token pass) and the thread count per width, on one thread too
     where passes are short."""
     model = TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16, max_len=256, quant="int8")
@@ -140,6 +140,19 @@ def test_a_natively_run_model_is_calibrated_in_a_few_passes_without_copies(monke
     assert all(cal.plan.kernel_for(w) == STORED for w in range(1, 7)) and cal.copy_kernel is None
     assert model.plan == cal.plan and set(cal.plan.threads) <= {1, 2}
     assert cal.prefill_tokens_per_s == pytest.approx(6 / cal.pass_cost[6])
+
+
+def test_native_passes_wider_than_the_widest_narrow_tile_are_estimated_not_timed(monkeypatch):
+    """A 25-token pass took half a first start's calibration: beyond 8 tokens the cost is
+    estimated in proportion to the 8-token pass."""
+    model = TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16, max_len=256, quant="int8")
+    widths = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda tokens, **kw: widths.append(len(tokens)) or forward(tokens, **kw))
+    cal = calibrate.measure(model, max_width=12, max_threads=1)
+    assert sorted(widths) == [1, 1, 2, 4, 8]
+    assert cal.pass_cost[12] == pytest.approx(cal.pass_cost[8] * 12 / 8)
+    assert cal.prefill_tokens_per_s == pytest.approx(8 / cal.pass_cost[8])
 
 
 def test_calibration_is_kept_and_a_corrupt_file_is_measured_again(monkeypatch, tmp_path):

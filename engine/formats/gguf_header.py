@@ -19,6 +19,7 @@ from engine.errors import ModelLoadError
 
 _MAGIC = b"GGUF"
 _STRING, _ARRAY = 8, 9
+_U64 = struct.Struct("<Q")
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 
 
@@ -53,13 +54,26 @@ class _Cursor:
             raise struct.error("string past the end of the file")
         return self.buf[self.at - n:self.at].decode("utf-8", errors="replace")
 
+    def strings(self, n: int) -> list[str]:
+        """`n` strings in a row: a vocabulary's 150k tokens and merges, in one tight loop
+        (through string() this took half a second, a sixth of a start)."""
+        buf, at, length, out = self.buf, self.at, _U64.unpack_from, [""] * n
+        for i in range(n):
+            end = at + 8 + length(buf, at)[0]
+            out[i] = buf[at + 8:end].decode("utf-8", errors="replace")
+            at = end
+        if at > len(buf):
+            raise struct.error("string past the end of the file")
+        self.at = at
+        return out
+
     def value(self, vtype: int) -> Any:
         if vtype == _STRING:
             return self.string()
         if vtype == _ARRAY:
             item_type, n = self.unpack("<I"), self.unpack("<Q")
             if item_type == _STRING:
-                return [self.string() for _ in range(n)]
+                return self.strings(n)
             if item_type not in _SCALARS:
                 raise struct.error(f"unsupported array item type {item_type}")
             dtype = np.dtype(_SCALARS[item_type])

@@ -145,7 +145,9 @@ def load_library() -> ctypes.CDLL | None:
         except OSError as e:
             log.info("native decoder: building %s again (%s)", target.name, e)
     try:
-        return build(target, ["-march=native"])
+        lib = build(target, ["-march=native"])
+        log.info("native decoder: built %s", target)
+        return lib
     except OSError as e:
         with contextlib.suppress(OSError):  # an unwritable cache: it is tried again next start
             failed.write_text(f"{e}\n")
