@@ -125,6 +125,10 @@ class Engine:
                                    for b in [self.target] + ([self.draft.backend] if self.draft else [])]}
 
     def prefill_tokens_per_s(self) -> float:
+        """This session's prefill rate once it has prefilled enough, else calibration's estimate."""
+        measured = self.target.prefill_rate()
+        if measured is not None:
+            return measured
         return self.calibration.prefill_tokens_per_s if self.calibration else float("inf")
 
     # --- what lookup drafts from --------------------------------------------------------

@@ -253,6 +253,7 @@ def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_e
     rate = 150.0  # tokens per second: a slow machine
     monkeypatch.setattr(engine, "calibration", dataclasses.replace(
         engine.calibration, prefill_tokens_per_s=rate))
+    monkeypatch.setattr(engine.target, "prefilled", (0, 0.0))  # no rate measured yet: calibration's
     text = stdlib_text("textwrap.py")
     cut = text.index("def dedent(")
     cursor = Cursor(text[:cut] + "def dedent(", text[cut + len("def dedent("):])
@@ -308,3 +309,16 @@ def test_a_kept_calibration_belongs_to_the_c_decoder_build_that_measured_it(tmp_
     assert _calibration_key(str(model_file), model, 2) != key
     model.native = None
     assert _calibration_key(str(model_file), model, 2) != key
+
+
+def test_the_prefill_rate_is_learned_from_real_prefills():
+    """Calibration only estimates the prefill rate (from narrow passes); once a session has
+    prefilled a few chunks, their measured rate is what prompt trimming uses."""
+    model = int8_model()
+    model.prefill_chunk = 16
+    assert model.prefill_rate() is None
+    model.sync([(7 * i) % 64 for i in range(40)])  # two full chunks (the third, 8 tokens, is not counted)
+    assert model.prefilled[0] == 32 and model.prefill_rate() is None
+    model.sync([(7 * i) % 64 for i in range(40)] + [(3 * i) % 64 for i in range(40)])
+    tokens, seconds = model.prefilled
+    assert tokens == 64 and model.prefill_rate() == pytest.approx(64 / seconds)

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import torch
 
 PREFILL_CHUNK = 256  # the most tokens in one prefill pass
+MEASURED_CHUNK = 16  # prefill chunks at least this wide count in the measured prefill rate
 
 
 class Backend(ABC):
@@ -26,6 +28,9 @@ class Backend(ABC):
 
     def __init__(self) -> None:
         self.tokens: list[int] = []
+        # Tokens and seconds of the prefill chunks `sync` ran: the real prefill rate, which
+        # calibration only estimates (engine/calibrate.py; from narrow passes, it errs low).
+        self.prefilled = (0, 0.0)
 
     @property
     def length(self) -> int:
@@ -72,8 +77,17 @@ class Backend(ABC):
         for i in range(0, len(rest), self.prefill_chunk):
             if cancel is not None and cancel.is_set():
                 break
-            self.forward(rest[i:i + self.prefill_chunk], logits=False)
+            chunk, start = rest[i:i + self.prefill_chunk], time.perf_counter()
+            self.forward(chunk, logits=False)
+            if len(chunk) >= MEASURED_CHUNK:
+                tokens, seconds = self.prefilled
+                self.prefilled = (tokens + len(chunk), seconds + time.perf_counter() - start)
         return common
+
+    def prefill_rate(self) -> float | None:
+        """Tokens per second of this session's prefills, once they add up to a few chunks."""
+        tokens, seconds = self.prefilled
+        return tokens / seconds if tokens >= 4 * MEASURED_CHUNK else None
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
