@@ -48,15 +48,11 @@ class _Cursor:
         return value
 
     def string(self) -> str:
-        n = self.unpack("<Q")
-        self.at += n
-        if self.at > len(self.buf):
-            raise struct.error("string past the end of the file")
-        return self.buf[self.at - n:self.at].decode("utf-8", errors="replace")
+        return self.strings(1)[0]
 
     def strings(self, n: int) -> list[str]:
-        """`n` strings in a row: a vocabulary's 150k tokens and merges, in one tight loop
-        (through string() this took half a second, a sixth of a start)."""
+        """`n` strings in a row (a vocabulary's 150k tokens and merges) in one tight loop: one
+        call per string took 0.24-0.4 s for them, this 0.19 s."""
         buf, at, length, out = self.buf, self.at, _U64.unpack_from, [""] * n
         for i in range(n):
             end = at + 8 + length(buf, at)[0]

@@ -3,9 +3,9 @@
 Every pass of a model it computes (prefill, decoding, verification) runs as one C call that
 reads the matrices in their stored formats: a GGUF file's own blocks where the file is mapped
 (engine/formats/gguf_blocks.py), or the torch backend's int4/int8 (engine/kernels.py);
-decoder.c says why and how it stays exact. The library is compiled at first use with the
-system's C compiler for this CPU (-march=native, ~2 s) and kept in the user's cache
-directory, keyed by its sources, the compiler, its flags and the CPU. `$CC` and `$CFLAGS` are
+decoder.c says why and how it stays exact. The library is compiled with the system's C
+compiler for this CPU (-march=native, 6-7 s on two cores) when installing (`python -m
+engine.native`) or else at first use, and kept in the user's cache directory, keyed by its sources, the compiler, its flags and the CPU. `$CC` and `$CFLAGS` are
 honoured; `DRAFTLINE_NATIVE=0` turns the decoder off. Without a compiler, on a CPU without AVX2
 and FMA, or after a failed build (remembered under the same key, so it is not retried at every
 start), `load_library` returns None and the torch code runs every pass.
@@ -120,7 +120,7 @@ def library_path(compiler: str) -> Path:
 
 @cache
 def load_library() -> ctypes.CDLL | None:
-    """The decoder compiled for this machine (built now if needed, ~2 s; built again if the
+    """The decoder compiled for this machine (built now if needed; built again if the
     kept file does not load), or None where it cannot or should not run here (the reason is
     logged once)."""
     if os.environ.get("DRAFTLINE_NATIVE", "1").strip().lower() in ("0", "off", "no", "false"):
