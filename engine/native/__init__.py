@@ -1,4 +1,4 @@
-"""The native decoder (decoder.c, matmul.c, narrow.c, quantize.c, *.h): built on the user's machine, called via ctypes.
+"""The native decoder (decoder.c, matmul.c, amx.c, narrow.c, quantize.c, *.h): built on the user's machine, called via ctypes.
 
 Every pass of a model it computes (prefill, decoding, verification) runs as one C call that
 reads the matrices in their stored formats: a GGUF file's own blocks where the file is mapped
@@ -6,7 +6,7 @@ reads the matrices in their stored formats: a GGUF file's own blocks where the f
 decoder.c says why and how it stays exact. The library is compiled with the system's C
 compiler for this CPU (-march=native, 6-7 s on two cores) when installing (`python -m
 engine.native`) or else at first use, and kept in the user's cache directory, keyed by its sources, the compiler, its flags and the CPU. `$CC` and `$CFLAGS` are
-honoured; `DRAFTLINE_NATIVE=0` turns the decoder off. Without a compiler, on a CPU without AVX2
+honoured; `DRAFTLINE_NATIVE=0` turns the decoder off, `DRAFTLINE_AMX=0` its AMX route. Without a compiler, on a CPU without AVX2
 and FMA, or after a failed build (remembered under the same key, so it is not retried at every
 start), `load_library` returns None and the torch code runs every pass.
 """
@@ -37,8 +37,8 @@ from engine.weights import LlamaConfig
 log = logging.getLogger("draftline")
 
 SOURCES = [Path(__file__).with_name(name)
-           for name in ("decoder.c", "matmul.c", "narrow.c", "narrow_k.c", "quantize.c", "formats.h", "native.h",
-                        "narrow.h", "product.h")]
+           for name in ("decoder.c", "matmul.c", "amx.c", "narrow.c", "narrow_k.c", "quantize.c", "formats.h",
+                        "native.h", "narrow.h", "product.h")]
 _ABI = 2  # decoder.c's draftline_abi(): the structs below mirror its own
 # -ffp-contract=off: a product and a sum fused in one copy of a loop and not in another would
 # round differently, and every copy of a kernel must compute alike (decoder.c).
@@ -107,7 +107,15 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.draftline_rows.argtypes = [p, p, i, p]
     lib.draftline_scratch_bytes.restype = ctypes.c_size_t
     lib.draftline_scratch_bytes.argtypes = [p, i, i, i]
+    lib.draftline_amx.restype = i
+    lib.draftline_amx.argtypes = [i]
+    if _off("DRAFTLINE_AMX"):
+        lib.draftline_amx(0)
     return lib
+
+
+def _off(variable: str) -> bool:
+    return os.environ.get(variable, "1").strip().lower() in ("0", "off", "no", "false")
 
 
 def library_path(compiler: str) -> Path:
@@ -123,7 +131,7 @@ def load_library() -> ctypes.CDLL | None:
     """The decoder compiled for this machine (built now if needed; built again if the
     kept file does not load), or None where it cannot or should not run here (the reason is
     logged once)."""
-    if os.environ.get("DRAFTLINE_NATIVE", "1").strip().lower() in ("0", "off", "no", "false"):
+    if _off("DRAFTLINE_NATIVE"):
         log.info("native decoder: off (DRAFTLINE_NATIVE); using torch kernels")
         return None
     compiler = _compiler()

@@ -420,6 +420,7 @@ int draftline_matmul(const Matrix *w, int T, const float *x, float *y) {
   char *memory = aligned_alloc(64, acts + up64(matmul_scratch(w->cols)));
   if (!memory) return -1;
   Acts a = acts_init(memory, T, w->cols, x);
+  a.forms = acts_forms(w);
   acts_quantize(&a, 0, T);
   matmul(w, &a, T, y, w->rows, 0, w->rows, 0, memory + acts);
   free(memory);
@@ -459,6 +460,12 @@ int draftline_forward(const Model *m, int T, int start, const int32_t *pos, cons
   at += up64(acts_bytes(T, nh * hd));
   pass.activated = acts_init(at, T, F, pass.act);
   at += up64(acts_bytes(T, F));
+  pass.normed.forms = acts_forms(&m->head), pass.attended.forms = pass.activated.forms = 0;
+  for (int l = 0; l < m->n_layers; l++) { /* only the forms some matrix multiplies are made */
+    const Layer *L = &m->layers[l];
+    pass.normed.forms |= acts_forms(&L->wqkv) | acts_forms(&L->w_gate_up);
+    pass.attended.forms |= acts_forms(&L->wo), pass.activated.forms |= acts_forms(&L->w_down);
+  }
   pass.next = (atomic_int *)at;
   for (int i = 0; i < STEPS * (m->n_layers + 1); i++) atomic_init(&pass.next[i], 0);
   pass.private_memory = memory + shared;

@@ -2,11 +2,11 @@
 columns (one int32 lane of the products) and a "min" per 16 columns, w = scale * level - min.
 
 Every integer format fits this: Q4_0 (d, min 8d), Q4_1 (d, -m), Q5_0 (d, 16d), Q5_1, Q8_0
-(levels offset by 128 where the products take unsigned levels, min 128d), Q4_K and Q5_K (d *
-sc, dmin * m per 32 columns), Q6_K (d * sc per 16, min 32 d sc), and the torch backend's INT4
-((level - 8) * scale + zero) and INT8 (q * scale). The K-quants' scales are integers sc times
-the super-block's d, and the products use them so (product.h): their sums stay integers for a
-whole activation block. Block layouts are ggml's; gguf-py's
+(levels offset by 128 where the products take unsigned levels, min 128d), and the torch
+backend's INT4 ((level - 8) * scale + zero) and INT8 (q * scale). The K-quants keep their
+integers instead: w = d * sc * level - dmin * m per 16 columns, sc and m integers of the
+super-block (Q4_K and Q5_K: sc, m per 32 columns; Q6_K: sc per 16, m = 32 sc, dmin = d), and
+the products use them so (product.h): their sums stay integers for a whole activation block. Block layouts are ggml's; gguf-py's
 dequantizers are the tests' reference. The products and dequantize_row (matmul.c) read weights
 only through these functions, so every route sees the same numbers.
 */
@@ -42,11 +42,11 @@ ALWAYS_INLINE int block_bytes(int format) {
 }
 
 /* A block's scales. Formats of 32-column blocks: one float scale, in every lane. K-quants:
-   the super-block's d and the integer scale of each 16 columns. */
+   the super-block's d and dmin, and the integer scale and min of each 16 columns. */
 typedef struct {
   __m256 scale;
-  float d;
-  int16_t ints[16];
+  float d, dmin;
+  int16_t ints[16], mints[16];
 } Scales;
 
 ALWAYS_INLINE int integer_scales(int format) { return format == Q4_K || format == Q5_K || format == Q6_K; }
@@ -88,9 +88,9 @@ ALWAYS_INLINE __m256i fifth_bits(const uint8_t *qh) {
 
 /* Q4_K/Q5_K: the 6-bit scales and mins of the 8 sub-blocks (ggml's get_scale_min_k4: bytes
    0-3 hold scales 0-3 and the top bits of 4-7, bytes 4-7 mins 0-3 and the top bits of mins 4-7,
-   bytes 8-11 the low bits of scales and mins 4-7), in byte lanes at once; each scale twice
-   (per 16 columns), and the mins times dmin, a min per 16 columns into `min`. */
-ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales *s, float *min) {
+   bytes 8-11 the low bits of scales and mins 4-7), in byte lanes at once; each twice (per 16
+   columns). */
+ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales *s) {
   const __m128i x = _mm_loadu_si128((const __m128i *)packed); /* 12 bytes and 4 of the levels */
   const __m128i y = _mm_shuffle_epi8(x, _mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7));
   const __m128i c = _mm_shuffle_epi8(x, _mm_setr_epi8(-1, -1, -1, -1, 8, 9, 10, 11, -1, -1, -1, -1, 8, 9, 10, 11));
@@ -99,24 +99,17 @@ ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales 
   const __m128i bottom = _mm_blend_epi32(_mm_and_si128(c, _mm_set1_epi8(15)),
                                          _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(15)), 0x8);
   const __m128i bytes = _mm_blend_epi32(low, _mm_or_si128(top, bottom), 0xA); /* 8 scales, then 8 mins */
-  s->d = d;
+  s->d = d, s->dmin = dmin;
   _mm256_storeu_si256((__m256i *)s->ints, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(bytes, bytes)));
-  const __m256 mn = _mm256_mul_ps(_mm256_set1_ps(dmin),
-                                  _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8))));
-  _mm256_storeu_ps(min, _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
-  _mm256_storeu_ps(min + 8, _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));
+  _mm256_storeu_si256((__m256i *)s->mints, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(bytes, bytes)));
 }
 
-/* Q6_K: 16 int8 scales (one per 16 columns); min 32 * d * scale. */
-ALWAYS_INLINE void scales_q6k(const int8_t *sc, float d, Scales *s, float *min) {
-  const __m128i bytes = _mm_loadu_si128((const __m128i *)sc);
-  s->d = d;
-  _mm256_storeu_si256((__m256i *)s->ints, _mm256_cvtepi8_epi16(bytes));
-  for (int half = 0; half < 2; half++) {
-    const __m256 v = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                                                          half ? _mm_srli_si128(bytes, 8) : bytes)));
-    _mm256_storeu_ps(min + 8 * half, _mm256_mul_ps(_mm256_set1_ps(32), v));
-  }
+/* Q6_K: 16 int8 scales (one per 16 columns); min 32 * scale, times d. */
+ALWAYS_INLINE void scales_q6k(const int8_t *sc, float d, Scales *s) {
+  const __m256i ints = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+  s->d = s->dmin = d;
+  _mm256_storeu_si256((__m256i *)s->ints, ints);
+  _mm256_storeu_si256((__m256i *)s->mints, _mm256_slli_epi16(ints, 5));
 }
 
 /* The block of `row` holding column j (a multiple of block_columns). */
@@ -127,13 +120,14 @@ ALWAYS_INLINE const uint8_t *block_at(const Part *p, int format, int row, int j)
   return r + (size_t)(j / block_columns(format)) * block_bytes(format);
 }
 
-/* The scales of the block at b (columns j.. of `row`), and its mins (one per 16 columns) into `min`. */
+/* The scales of the block at b (columns j.. of `row`), and for formats of 32-column blocks its
+   mins (one per 16 columns) into `min` (the K-quants' are in `s`). */
 ALWAYS_INLINE void read_scales(const Part *p, int format, const uint8_t *b, int row, int cols, int j, Scales *s,
                                float *min) {
   float scale = 0, offset = 0;
   switch (format) {
-    case Q4_K: case Q5_K: scales_k4(b + 4, f16_at(b), f16_at(b + 2), s, min); return;
-    case Q6_K: scales_q6k((const int8_t *)(b + 192), f16_at(b + 208), s, min); return;
+    case Q4_K: case Q5_K: scales_k4(b + 4, f16_at(b), f16_at(b + 2), s); return;
+    case Q6_K: scales_q6k((const int8_t *)(b + 192), f16_at(b + 208), s); return;
     case Q4_0: scale = f16_at(b), offset = 8 * scale; break;
     case Q5_0: scale = f16_at(b), offset = 16 * scale; break;
     case Q4_1: case Q5_1: scale = f16_at(b), offset = -f16_at(b + 2); break;

@@ -7,39 +7,42 @@ its shape as constants (a pass of 5 runs in the 6-token tile, 7 in the 8-token o
    dropped), in integers through each activation block. */
 ALWAYS_INLINE void fused_ktile(const Part *p, int format, int K, const Acts *a, int T, int C, int n, int R, float *y,
                                int ldy, int add) {
-  const int S = sums_per_row(K), L = lanes_per_row(K);
-  float mins[FUSED_ROWS][S];
-  __m256 acc[FUSED_ROWS][TILE_TOKENS];
-  __m256i ia[FUSED_ROWS][TILE_TOKENS];
+  float acc[PAIRS8] = {0};
   int token[TILE_TOKENS];
   for (int t = 0; t < C; t++) token[t] = t < T ? t : T - 1;
-  for (int r = 0; r < R; r++) {
-    for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps(), ia[r][t] = _mm256_setzero_si256();
-    for (int i = K / 16; i < S; i++) mins[r][i] = 0;
-  }
   const size_t ahead = 2 * (size_t)R * p->row_bytes;
   for (int j = 0; j < K; j += 256) {
     prefetch_rows(p, format, n, R, j, ahead);
+    Scales s[FUSED_ROWS];
+    const uint8_t *b[FUSED_ROWS];
+    float d[8] = {0}, dmin[8] = {0};
     for (int r = 0; r < R; r++) {
-      const uint8_t *b = block_at(p, format, n + r, j);
-      Scales s;
-      read_scales(p, format, b, n + r, K, j, &s, mins[r] + j / 16);
-#pragma GCC unroll 8 /* k constant in each copy: the folds are known, the sums stay in registers */
-      for (int k = 0; k < 8; k++) {
-        const __m256i levels = read_levels(format, b, k), ints = unit_ints(s.ints + 2 * k);
-        for (int t = 0; t < C; t++) {
-          const __m256i q = _mm256_load_si256((const __m256i *)(a->q + (size_t)token[t] * K + j + 32 * k));
-          ia[r][t] = idot(ia[r][t], levels, q, ints);
-        }
-        if (k % BLOCK_UNITS == BLOCK_UNITS - 1)
+      b[r] = block_at(p, format, n + r, j);
+      read_scales(p, format, b[r], n + r, K, j, &s[r], NULL);
+      d[r] = s[r].d, dmin[r] = s[r].dmin;
+    }
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; half++) { /* an activation block: 4 units */
+      __m256i ia[FUSED_ROWS][TILE_TOKENS];
+      const int16_t *mints[FUSED_ROWS];
+      for (int r = 0; r < R; r++) {
+        mints[r] = s[r].mints + 8 * half;
+        for (int t = 0; t < C; t++) ia[r][t] = _mm256_setzero_si256();
+#pragma GCC unroll 4 /* k constant in each copy: the levels' reads are known */
+        for (int k = 4 * half; k < 4 * half + 4; k++) {
+          const __m256i levels = read_levels(format, b[r], k), ints = unit_ints(s[r].ints + 2 * k);
           for (int t = 0; t < C; t++) {
-            acc[r][t] = ifold(acc[r][t], ia[r][t], s.d, a->lanes + (size_t)token[t] * L, j / 32 + k);
-            ia[r][t] = _mm256_setzero_si256();
+            const __m256i q = _mm256_load_si256((const __m256i *)(a->kq + (size_t)token[t] * K + j + 32 * k));
+            ia[r][t] = idot(ia[r][t], levels, q, ints);
           }
+        }
       }
+      const int b = j / ACT_BLOCK + half;
+      kblock(acc, ia, mints, d, dmin, a, token, a->block_qsums + (size_t)b * 4 * TILE_T,
+             a->block_scales + (size_t)b * TILE_T, R, C, b); /* tokens 0..C-1: group 0 */
     }
   }
-  finish_fused(acc, R, C, T, &mins[0][0], a, n, y, ldy, add);
+  kput(acc, R, C, C < T ? C : T, y + n, ldy, add);
 }
 
 /* Tiles of C tokens by R rows from row n on, while whole tiles fit; returns where they stopped. */

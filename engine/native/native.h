@@ -30,27 +30,51 @@ typedef struct {
 } Matrix;
 
 /* Activations of T tokens for a product with `cols` columns (a multiple of 32). Each token's
-   row is quantized on its own (quantize.c): int8 with a scale per 16 values, so a token's
-   product never depends on the other tokens of the pass. */
-enum { ACT_BLOCK = 128 }; /* columns whose 8 lanes each have their own scale */
+   row is quantized on its own (quantize.c), so a token's product never depends on the other
+   tokens of the pass, twice: for formats of 32-column blocks, int8 with a scale per 16 values
+   (`q`, `lanes`, `sums`); for the K-quants, int8 with a scale per ACT_BLOCK columns (`kq`,
+   `kscale`, `qsums`), whose products stay integers through each block on every route (AMX
+   tiles sum a whole block row, so a block's values must share one scale). */
+enum { ACT_BLOCK = 128 }; /* columns whose 8 lanes each have their own scale (`lanes`), or one (`kscale`) */
+enum { TILE_T = 16 };     /* tokens per AMX tile (amx.c) */
+
+enum { LANES = 1, BLOCKS = 2 }; /* the forms of quantized activations (Acts.forms) */
 
 typedef struct {
   int32_t cols;
+  int32_t forms;  /* which of the two acts_quantize makes (both unless set after acts_init) */
   const float *x; /* [T, cols] float32: float-format parts multiply these */
   int8_t *q;      /* [T, cols] */
   float *lanes;   /* [T, lanes_per_row(cols)]: per block of ACT_BLOCK columns, the scale of each
                      int32 lane (columns 32u + 4l .. + 3 of its units u share lane l's) */
   float *sums;    /* [T, sums_per_row(cols)]: each 16 values' sum of scale * q, zeros past them */
+  int8_t *kq;     /* [T, cols]: the K-quants' activations, x ~= kscale[block] * kq */
+  float *kscale;  /* [T, blocks_per_row(cols)] */
+  int16_t *qsums; /* [T, sums_per_row(cols)]: each 16 values' sum of kq, zeros past them */
+  /* The same by groups of TILE_T tokens, for products that take a block's values for several
+     tokens at once: block_qsums [group][block][4][TILE_T] (each block's qsums in pairs, as
+     int32), block_scales [group][block][TILE_T] (kscale); and for the AMX route (else NULL),
+     tiles [group][unit][8][TILE_T][4] (each 32 columns of kq as a TDPBUSD's B tile). */
+  int32_t *block_qsums;
+  float *block_scales;
+  int8_t *tiles;
 } Acts;
 
-static inline int lanes_per_row(int cols) { return (cols + ACT_BLOCK - 1) / ACT_BLOCK * 8; }
+static inline int blocks_per_row(int cols) { return (cols + ACT_BLOCK - 1) / ACT_BLOCK; }
+static inline int lanes_per_row(int cols) { return blocks_per_row(cols) * 8; }
 /* Per-16 entries of a row, rounded up to what products read 8 at a time. */
 static inline int sums_per_row(int cols) { return (cols / 16 + 7) / 8 * 8; }
+
+/* Whether passes of T tokens take the AMX route here (amx.c: built with AMX, the kernel granted
+   the tile state, and not turned off). */
+int amx_for(int T);
 
 /* Bytes of `acts_init` memory for T tokens of `cols` columns. */
 size_t acts_bytes(int T, int cols);
 /* Lay out an Acts of T tokens in `memory` (acts_bytes(T, cols)), reading x [T, cols]. */
 Acts acts_init(void *memory, int T, int cols, const float *x);
+/* The forms of activations the parts of w multiply. */
+int acts_forms(const Matrix *w);
 /* Quantize tokens t0..t1-1. */
 void acts_quantize(Acts *a, int t0, int t1);
 

@@ -1,19 +1,22 @@
 /* The arithmetic every route of the products shares (narrow.c, narrow_k.c, matmul.c), so that
 a (row, token) rounds alike whichever computes it.
 
-Per 32 columns (a unit) of one row and one token: an integer dot product of the 8-bit levels
-(formats.h) and activations in 8 int32 lanes of 4 columns each (vpdpbusd with AVX-512 VNNI, on
-256-bit registers, as fast per byte as 512-bit ones on Zen 4; maddubs + madd with AVX2, where
-int8 weights are signed, with a sign trick), converted to float and added up with the weights'
-lane scales; after each block of BLOCK_UNITS units (the activations' block, quantize.c), that
-sum is added with the block's 8 activation lane scales; at the end the weights' mins times the
+Formats of 32-column blocks, per 32 columns (a unit) of one row and one token: an integer dot
+product of the 8-bit levels (formats.h) and activations in 8 int32 lanes of 4 columns each
+(vpdpbusd with AVX-512 VNNI, on 256-bit registers; maddubs + madd with AVX2, where int8
+weights are signed, with a sign trick), converted to float and added up with the weights' lane
+scales; after each block of BLOCK_UNITS units (the activations' block, quantize.c), that sum is
+added with the block's 8 activation lane scales; at the end the weights' mins times the
 activations' sums of each 16 columns come off, and the 8 lanes are summed in a fixed tree.
-The K-quants (Q4_K, Q5_K, Q6_K), whose scales are integers times the super-block's d, stay in
-integers for a whole activation block instead: per unit, the levels times the activations in
-16-bit column pairs (maddubs: at most 2 * 63 * 127, no saturation), times the unit's integer
-scales, added to 8 int32 lanes (vpdpwssd; madd + add with AVX2); after the block, that sum is
-converted once and added with d times the block's activation lane scales. No float step per
-unit: a wide pass of them costs about half as many instructions.
+The K-quants (Q4_K, Q5_K, Q6_K), whose scales and mins are integers (formats.h), and whose
+activations have one scale per block, stay in integers for a whole activation block instead:
+I, the levels times the activations times the integer scales, and M, the integer mins times
+the activations' 16-column sums. Per unit: the levels times the activations in 16-bit column
+pairs (maddubs: at most 2 * 63 * 127, no saturation), times the unit's integer scales, added to
+8 int32 lanes (vpdpwssd; madd + add with AVX2), the lanes summed after the block; on the AMX
+route (amx.c), a TDPBUSD per unit and rows of 16 tokens scaled in zmm registers. Either way the
+same integers, and then the same float steps per (row, token): acc += I * (d * s), then
+acc -= M * (dmin * s), each one fused multiply-add, s the token's block scale (kfold).
 Integer sums are exact, and the float steps are the same, in the same order, whatever the
 route, tile, pass width, thread or other tokens. */
 #ifndef DRAFTLINE_PRODUCT_H
@@ -104,11 +107,93 @@ ALWAYS_INLINE Sums2 idot2(Sums2 ia, Units2 levels, Units2 q, Units2 ints) {
 ALWAYS_INLINE __m256i sum2(Sums2 ia) { return ia; }
 #endif
 
-/* K-quants, after an activation block (u: any of its units): acc += ia * (d * the block's
-   activation lane scales). */
-ALWAYS_INLINE __m256 ifold(__m256 acc, __m256i ia, float d, const float *act_lanes, int u) {
-  const __m256 scales = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_load_ps(act_lanes + u / BLOCK_UNITS * 8));
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), scales, acc);
+/* K-quants, after an activation block: acc += I * (d * s), then acc -= M * (dmin * s), lane by
+   lane (each lane one (row, token); amx.c does the same on 16 tokens at once). */
+ALWAYS_INLINE __m256 kfold(__m256 acc, __m256i I, __m256i M, __m256 d, __m256 dmin, __m256 s) {
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(d, s), acc);
+  return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmin, s), acc);
+}
+
+/* All ones in the lanes whose bits are set. */
+ALWAYS_INLINE __m256i lane_mask(int lanes) {
+  return _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_set1_epi32(lanes), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
+                            _mm256_setzero_si256());
+}
+
+/* The lane sums of 8 vectors, in one (lane i: v[i]'s); integers, so the order does not matter. */
+ALWAYS_INLINE __m256i totals8(const __m256i v[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+enum { PAIRS = FUSED_ROWS * TILE_TOKENS, PAIRS8 = PAIRS + 8 }; /* (row, token) pairs of a tile, at most */
+
+/* M of one row for 8 tokens of a group (lanes), from their pairs of 16-column sums (Acts'
+   block_qsums, at `pairs`) and the row's 8 integer mins of the block. */
+ALWAYS_INLINE __m256i row_mins(const int32_t *pairs, const int16_t *mints) {
+  __m256i M = _mm256_setzero_si256();
+  for (int p = 0; p < 4; p++) {
+    int32_t both;
+    memcpy(&both, mints + 2 * p, 4);
+#if VNNI
+    M = _mm256_dpwssd_epi32(M, _mm256_loadu_si256((const __m256i *)(pairs + p * TILE_T)), _mm256_set1_epi32(both));
+#else
+    M = _mm256_add_epi32(M, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(pairs + p * TILE_T)),
+                                              _mm256_set1_epi32(both)));
+#endif
+  }
+  return M;
+}
+
+/* K-quants: the step of an activation block b for a tile of R rows by C tokens, each lane of
+   its vectors one pair (r * C + t): ia[r][t] holds I in 8 lanes; each row's 8 integer mins of
+   the block at mints[r], its d and dmin at d[r], dmin[r] (8 readable); the tokens' a->qsums
+   rows token[t]; `pairs` and `s`, the tile's first token's block_qsums and block_scales in the
+   block (8 tokens readable); acc[r * C + t] gets kfold. M comes from the 16-column sums of each
+   token (one token: one vpmaddwd per row, in the lane sums with I) or of 8 tokens at once. */
+ALWAYS_INLINE void kblock(float *acc, __m256i ia[][TILE_TOKENS], const int16_t *const mints[], const float *d,
+                          const float *dmin, const Acts *a, const int *token, const int32_t *pairs, const float *s,
+                          int R, int C, int b) {
+  const int P = R * C, S = sums_per_row(a->cols), one = C == 1, n = ((one ? 2 : 1) * P + 7) / 8 * 8;
+  __m256i v[2 * PAIRS + 8], by_token[FUSED_ROWS] /* ROWS <= FUSED_ROWS */;
+  int32_t totals[2 * PAIRS + 8] __attribute__((aligned(32)));
+  for (int r = 0; r < R; r++) {
+    for (int t = 0; t < C; t++) v[r * C + t] = ia[r][t];
+    if (one) {
+      const __m128i qsums = _mm_load_si128((const __m128i *)(a->qsums + (size_t)token[0] * S + 8 * b));
+      v[P + r] = _mm256_zextsi128_si256(_mm_madd_epi16(_mm_loadu_si128((const __m128i *)mints[r]), qsums));
+    } else {
+      by_token[r] = row_mins(pairs, mints[r]);
+    }
+  }
+  for (int i = (one ? 2 : 1) * P; i < n; i++) v[i] = _mm256_setzero_si256();
+  for (int i = 0; i < n; i += 8) _mm256_store_si256((__m256i *)(totals + i), totals8(v + i));
+  const __m256 rows_d = _mm256_loadu_ps(d), rows_dmin = _mm256_loadu_ps(dmin), tokens_s = _mm256_loadu_ps(s);
+  for (int i = 0; i < P; i += 8) {
+    int row[8], tok[8];
+    for (int l = 0; l < 8; l++) row[l] = i + l < P ? (i + l) / C : 0, tok[l] = i + l < P ? (i + l) % C : 0;
+    const __m256i at_row = _mm256_loadu_si256((const __m256i *)row), at_token = _mm256_loadu_si256((const __m256i *)tok);
+    __m256i M = _mm256_loadu_si256((const __m256i *)(totals + P + i));
+    for (int r = i / C; r < R && r * C < i + 8 && !one; r++) { /* lanes of row r: its M by token */
+      int lanes = 0;
+      for (int l = 0; l < 8; l++) lanes |= row[l] == r && i + l < P ? 1 << l : 0;
+      const __m256i mine = _mm256_permutevar8x32_epi32(by_token[r], at_token);
+      M = r == i / C ? mine : _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(M), _mm256_castsi256_ps(mine),
+                                                                   _mm256_castsi256_ps(lane_mask(lanes))));
+    }
+    _mm256_storeu_ps(acc + i, kfold(_mm256_loadu_ps(acc + i), _mm256_loadu_si256((const __m256i *)(totals + i)), M,
+                                    _mm256_permutevar8x32_ps(rows_d, at_row), _mm256_permutevar8x32_ps(rows_dmin, at_row),
+                                    _mm256_permutevar8x32_ps(tokens_s, at_token)));
+  }
+}
+
+ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v; }
+
+/* A K-quant tile's results: acc[r * C + t] to y[t * ldy + r] for the first `kept` tokens. */
+ALWAYS_INLINE void kput(const float *acc, int R, int C, int kept, float *y, int ldy, int add) {
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < kept; t++) put(y + (size_t)t * ldy + r, acc[r * C + t], add);
 }
 
 /* After the last unit of an activation block (BLOCK_UNITS units, or the row's end; u: any of them):
@@ -124,8 +209,6 @@ ALWAYS_INLINE float sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-ALWAYS_INLINE void put(float *out, float v, int add) { *out = add ? *out + v : v; }
-
 /* After every unit of a tile of R rows by C tokens: each (row, token) less the row's mins times
    the token's activation sums, 8 at a time in order, then its lanes summed; the first `kept`
    tokens' results go to y[t * ldy + r]. The tile's chains go side by side: each alone is a
@@ -140,6 +223,19 @@ ALWAYS_INLINE void finish_tile(__m256 acc[][TILE_TOKENS], int R, int C, int kept
   for (int r = 0; r < R; r++)
     for (int t = 0; t < kept; t++) put(y + (size_t)t * ldy + r, sum8(acc[r][t]), add);
 }
+
+/* A K-quant row unpacked for the wide routes (matmul.c, amx.c): levels [K], then its integer
+   scales [K / 16] and mins [K / 16] (int16), then d [K / 256] and dmin [K / 256]. */
+ALWAYS_INLINE int16_t *unpacked_ints(const uint8_t *row, int K) { return (int16_t *)(row + K); }
+ALWAYS_INLINE int16_t *unpacked_mints(const uint8_t *row, int K) { return (int16_t *)(row + K + K / 8); }
+ALWAYS_INLINE float *unpacked_d(const uint8_t *row, int K) { return (float *)(row + K + K / 4); }
+ALWAYS_INLINE float *unpacked_dmin(const uint8_t *row, int K) { return (float *)(row + K + K / 4 + K / 64); }
+
+/* The AMX route (amx.c): `rows` unpacked K-quant rows at w (ldw bytes apart, readable up to
+   whole tiles of AMX_ROWS) times all T tokens of a (whose `tiles` are laid out), into
+   y[t * ldy + r]. */
+enum { AMX_ROWS = 16 };
+void amx_ktiles(const uint8_t *w, size_t ldw, int format, const Acts *a, int T, int rows, float *y, int ldy, int add);
 
 /* Each integer format gets its own copy of a route's kernel, with the format a constant. */
 #define BLOCK32_FORMAT(CALL)                                                                       \
