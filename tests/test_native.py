@@ -8,6 +8,7 @@ thread count or the shape of the token tree. Both builds of the products are tes
 one for this CPU and the AVX2-only one."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import mmap
 from pathlib import Path
@@ -53,6 +54,20 @@ def library(request, avx2_library):
     return native.load_library() if request.param == "native" else avx2_library
 
 
+@contextlib.contextmanager
+def _amx(lib, on: bool):
+    """The AMX route on or off for what runs inside (skips where it cannot run: no AMX in this
+    CPU or build, or the kernel refused the tile state)."""
+    was = lib.draftline_amx(-1)
+    if lib.draftline_amx(int(on)) != on:
+        lib.draftline_amx(was)
+        pytest.skip("no AMX route here")
+    try:
+        yield
+    finally:
+        lib.draftline_amx(was)
+
+
 # --- one matrix of each format ----------------------------------------------------------------
 
 def _blocks(qtype: Q, rows: int, cols: int, seed: int) -> BlockMatrix:
@@ -70,10 +85,11 @@ def _reference(m: BlockMatrix) -> torch.Tensor:
 @pytest.mark.parametrize("qtype", gguf_files.TYPES, ids=lambda t: t.name)
 def test_each_format_multiplies_as_its_dequantized_weights(library, qtype):
     """The weights the products see are gguf-py's, exactly; each product is within the bound
-    its activations' quantization allows: in each 128 columns, the 16 values of one lane (4
-    columns in each 32) share a scale max|x| / 127 and are rounded to it, so each is off by at
-    most max|x| / 254 of its 16, and a row's product by at most sum(|w| * that max) / 254
-    (float formats are multiplied in float32, unquantized)."""
+    its activations' quantization allows: values that share a scale max|x| / 127 are rounded
+    to it, so each is off by at most that max / 254, and a row's product by at most
+    sum(|w| * that max) / 254. Formats of 32-column blocks: in each 128 columns, the 16 values
+    of one lane (4 columns in each 32) share a scale; K-quants: all 128 do. Float formats are
+    multiplied in float32, unquantized."""
     m = _blocks(qtype, rows=12, cols=512, seed=int(qtype))
     want = _reference(m)
     assert torch.equal(native.rows(library, m, list(range(12))), want)
@@ -83,21 +99,29 @@ def test_each_format_multiplies_as_its_dequantized_weights(library, qtype):
     if qtype in (Q.F32, Q.F16, Q.BF16):
         bound = 1e-5 * (x.abs().double() @ want.abs().double().T) + 1e-6
     else:
-        per_lane = x.abs().reshape(5, -1, 4, 8, 4)  # [token, 128-column block, unit, lane, column]
-        lane_max = per_lane.amax((2, 4), keepdim=True).expand_as(per_lane).reshape(5, -1).double()
-        bound = 1.001 * (lane_max @ want.abs().double().T) / 254 + 1e-5 * exact.abs() + 1e-6
+        if qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+            per_scale = x.abs().reshape(5, -1, 1, 1, 128)  # [token, 128-column block, ...]
+            shared = per_scale.amax(4, keepdim=True).expand_as(per_scale).reshape(5, -1).double()
+        else:
+            per_lane = x.abs().reshape(5, -1, 4, 8, 4)  # [token, 128-column block, unit, lane, column]
+            shared = per_lane.amax((2, 4), keepdim=True).expand_as(per_lane).reshape(5, -1).double()
+        bound = 1.001 * (shared @ want.abs().double().T) / 254 + 1e-5 * exact.abs() + 1e-6
     assert ((got.double() - exact).abs() <= bound).all()
 
 
+@pytest.mark.parametrize("amx", [False, True], ids=["registers", "amx"])
 @pytest.mark.parametrize("qtype", gguf_files.TYPES, ids=lambda t: t.name)
-def test_a_formats_product_for_a_token_is_the_same_in_every_pass_width(library, qtype):
-    """Passes of 1 to 4 tokens multiply as they read the weights, wider ones from an unpacked
-    block; 7 rows leave some outside the tiles. Every route gives a token the same bits."""
-    m = _blocks(qtype, rows=7, cols=512, seed=1)
+def test_a_formats_product_for_a_token_is_the_same_in_every_pass_width(library, qtype, amx):
+    """Passes of 1 to 8 tokens multiply as they read the weights, wider ones from an unpacked
+    block, in registers or (K-quants, where the CPU and kernel allow) in AMX tiles; 7 rows leave
+    some outside the tiles. Every route gives a token the same bits."""
+    m = _blocks(qtype, rows=7 if not amx else 37, cols=512, seed=1)
     x = torch.randn(WIDE, 512)
-    one_by_one = torch.cat([native.product(library, m, x[i:i + 1]) for i in range(WIDE)])
-    for width in list(range(2, STEPS + 1)) + [WIDE]:
-        assert torch.equal(native.product(library, m, x[:width]), one_by_one[:width]), width
+    with _amx(library, False):
+        one_by_one = torch.cat([native.product(library, m, x[i:i + 1]) for i in range(WIDE)])
+    with _amx(library, amx):
+        for width in list(range(2, STEPS + 1)) + [17, WIDE]:
+            assert torch.equal(native.product(library, m, x[:width]), one_by_one[:width]), width
 
 
 # --- whole models -----------------------------------------------------------------------------
@@ -162,10 +186,13 @@ def test_a_token_is_computed_alike_whatever_the_pass_width_and_threads(case):
         assert torch.equal(_decode(case.model, case.tokens, widths, threads), one_by_one), (widths, threads)
 
 
-def test_a_prompt_wide_pass_computes_each_token_as_decoding_does(case):
+@pytest.mark.parametrize("amx", [False, True], ids=["registers", "amx"])
+def test_a_prompt_wide_pass_computes_each_token_as_decoding_does(case, amx):
     """Passes wider than the decoding tiles (prefill) take the block route through the
-    products; the results must not change."""
-    assert torch.equal(_decode(case.model, case.tokens, [WIDE]), _decode(case.model, case.tokens, [1] * WIDE))
+    products, in registers or in AMX tiles; the results must not change."""
+    one_by_one = _decode(case.model, case.tokens, [1] * WIDE)
+    with _amx(case.model.native.lib, amx):
+        assert torch.equal(_decode(case.model, case.tokens, [WIDE]), one_by_one)
 
 
 def test_a_token_tree_computes_each_branch_as_a_chain(case):
