@@ -19,8 +19,14 @@ LLAMA_VOCAB := .cache/llama-vocab/ggml-vocab-qwen2.gguf.out
 # this machine's CPU, as a user's own build would be, so it is kept per CPU (a hash of its flags:
 # the CPU under a checkout may change between an AVX2-only EPYC and an AMX Xeon).
 CPU_KEY := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-12)
-LLAMA_WHEEL_DIR := .cache/wheels/$(CPU_KEY)
-LLAMA_SERVER := $(VENV)/.llama-cpp-server-$(CPU_KEY)
+# AMX where this kernel grants a process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, as ggml
+# and our decoder ask for it), as a user's own -march=native build gets it; else -mno-amx-*: on
+# Xeons that advertise AMX the kernel does not enable, ggml's AMX code dies with "Illegal
+# instruction". The wheel is kept per CPU and per that answer.
+AMX_GRANTED := $(shell python3 -c "import ctypes, platform; print(platform.machine() == 'x86_64' and ctypes.CDLL(None).syscall(158, 0x1023, 18) == 0)" 2>/dev/null)
+NO_AMX := $(if $(filter True,$(AMX_GRANTED)),,-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+LLAMA_WHEEL_DIR := .cache/wheels/$(CPU_KEY)$(if $(NO_AMX),,-amx)
+LLAMA_SERVER := $(VENV)/.llama-cpp-server-$(CPU_KEY)$(if $(NO_AMX),,-amx)
 
 # The native decoder compiled for this CPU at install, as installing llama.cpp compiles it, so
 # that no start pays the compile (engine/native/; kept in the user cache, keyed by CPU).
@@ -96,10 +102,8 @@ $(LLAMA_VOCAB): $(LLAMA_CPP_SDIST)
 # llama-cpp-python 0.3.16 with its [server] extra, compiled ONCE per machine into .cache/wheels
 # (about 5-10 minutes on 2 cores) and installed from there; the stamp makes `make test` skip it
 # afterwards. GGML_NATIVE: for this CPU, as `pip install llama-cpp-python` builds it for a user.
-# -mno-amx-*: on Xeons that advertise AMX the kernel does not enable, ggml's AMX code dies with
-# "Illegal instruction". Tests, examples, tools and llama.cpp's own server are not built.
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
-	-DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DLLAMA_BUILD_TESTS=OFF \
+# AMX as above (NO_AMX). Tests, examples, tools and llama.cpp's own server are not built.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)' -DLLAMA_BUILD_TESTS=OFF \
 	-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF \
 	-DLLAMA_CURL=OFF
 $(LLAMA_SERVER): $(LLAMA_CPP_SDIST)

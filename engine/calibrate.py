@@ -38,6 +38,7 @@ import torch
 from engine.backends.base import PREFILL_CHUNK, Backend
 from engine.execution_plan import STORED, ExecutionPlan
 from engine.kernels import prefill_candidates
+from engine.native import TILE_TOKENS
 from engine.user_cache import cache_dir, write_atomically
 
 log = logging.getLogger("draftline")
@@ -136,27 +137,40 @@ _SHORT_PASS = 0.02
 def _beyond(costs: list[float], max_width: int) -> list[float]:
     """`costs` extended to max_width in proportion to the widest measured pass: wider passes
     take the wide route (matmul.c), bound by arithmetic, so a token there costs at least what
-    it does in the widest narrow tile (on the 1.5B: 0.455 s measured for 25 tokens, 0.459 s
+    it does in the widest measured pass (on the 1.5B: 0.455 s measured for 25 tokens, 0.459 s
     estimated from 8; a smaller model's wide route is up to 30% cheaper, so this errs high)."""
     last = len(costs) - 1
     return costs + [costs[last] * w / last for w in range(last + 1, max_width + 1)]
 
 
+def _native_costs(backend, max_width: int) -> list[float]:
+    """Pass costs of widths 0..max_width: _NATIVE_WIDTHS timed, the widths between interpolated,
+    wider ones estimated (_beyond). Where AMX tiles take the wide passes (amx.c), a pass of
+    TILE_TOKENS tokens is timed too and the passes from the tiles' first width up to it cost
+    as much: a tile's time does not depend on how many of its tokens are used."""
+    tiles_from = backend.native.tiles_from() if backend.native is not None else 0
+    widths = _NATIVE_WIDTHS + ((TILE_TOKENS,) if tiles_from else ())
+    widest = min(max_width, max(widths))
+    costs = measure_pass_costs(backend, widest, repeats=1, widths=widths, context=0)
+    if tiles_from and widest >= tiles_from:
+        costs[tiles_from:] = [costs[widest]] * (widest + 1 - tiles_from)
+    return _beyond(costs, max_width)
+
+
 def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
-    """Pass costs of a model the native decoder runs, from an empty cache: passes of
-    _NATIVE_WIDTHS tokens, once each, on all threads, and on one thread too where a one-token
-    pass is short; the widths between are interpolated and wider ones estimated (`_beyond`:
-    timing a 25-token pass was half of a first start's calibration). The prefill rate is
+    """Pass costs of a model the native decoder runs, from an empty cache (_native_costs), on all
+    threads, and on one thread too where a one-token pass is short (timing a 25-token pass was
+    half of a first start's calibration, so few widths are timed). The prefill rate is
     estimated from the widest pass (a prefill multiplies in the same tiles; its unpacking is
     shared by more tokens, so this errs low)."""
-    threads, widest = [max_threads], min(max_width, max(_NATIVE_WIDTHS))
+    threads = [max_threads]
     costs = {}
     backend.truncate(0)
     backend.forward([0])  # untimed: the first pass after loading pays one-time costs (5x a pass, seen)
     for n in [max_threads, 1]:
         torch.set_num_threads(n)
         backend.plan = ExecutionPlan()
-        costs[n] = _beyond(measure_pass_costs(backend, widest, repeats=1, widths=_NATIVE_WIDTHS, context=0), max_width)
+        costs[n] = _native_costs(backend, max_width)
         if n == max_threads and (max_threads == 1 or costs[n][1] >= _SHORT_PASS):
             break
         threads = sorted(costs)

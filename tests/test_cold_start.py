@@ -11,15 +11,18 @@ import threading
 
 import pytest
 import torch
+from gguf import GGMLQuantizationType as Q
 
 from engine import calibrate, weight_cache
 from engine.backends.torch_llama import TorchLlama
+from engine.formats.gguf import map_gguf
 from engine.execution_plan import STORED
 from engine.kernels import Int8Weight
 from engine.user_cache import content_key, write_atomically
 from lsp_server.options import Settings
 from lsp_server.suggester import COLD_PREFILL_S, Suggester
 from lsp_server.context import Cursor
+from tests import gguf_files
 from tests.code_samples import stdlib_text
 from tests.tiny_models import random_weights
 
@@ -153,6 +156,24 @@ def test_native_passes_wider_than_the_widest_narrow_tile_are_estimated_not_timed
     assert sorted(widths) == [1, 1, 2, 4, 8]
     assert cal.pass_cost[12] == pytest.approx(cal.pass_cost[8] * 12 / 8)
     assert cal.prefill_tokens_per_s == pytest.approx(8 / cal.pass_cost[8])
+
+
+def test_native_passes_on_amx_tiles_are_timed_once_and_cost_alike_up_to_a_tile(monkeypatch, tmp_path):
+    """Where K-quant products run on AMX tiles (amx.c), a tile's time does not depend on how
+    many of its 16 tokens are used: a 16-token pass is timed too, and passes from the tiles'
+    first width up to it cost as much."""
+    model = TorchLlama(map_gguf(gguf_files.write(tmp_path / "k.gguf", types=(Q.Q4_K,))), torch.bfloat16,
+                       max_len=256, quant="gguf")
+    tiles_from = model.native.tiles_from()
+    if not tiles_from:
+        pytest.skip("no AMX route here")
+    widths = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda tokens, **kw: widths.append(len(tokens)) or forward(tokens, **kw))
+    cal = calibrate.measure(model, max_width=20, max_threads=1)
+    assert sorted(widths) == [1, 1, 2, 4, 8, 16]
+    assert cal.pass_cost[tiles_from:17] == [cal.pass_cost[16]] * (17 - tiles_from)
+    assert cal.pass_cost[20] == pytest.approx(cal.pass_cost[16] * 20 / 16)
 
 
 def test_calibration_is_kept_and_a_corrupt_file_is_measured_again(monkeypatch, tmp_path):

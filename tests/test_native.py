@@ -124,6 +124,29 @@ def test_a_formats_product_for_a_token_is_the_same_in_every_pass_width(library, 
             assert torch.equal(native.product(library, m, x[:width]), one_by_one[:width]), width
 
 
+def test_the_amx_route_leaves_another_librarys_tiles_as_it_found_them(tmp_path):
+    """The tile configuration is per thread, and llama.cpp's AMX code (where its build has it,
+    as bench's peer does here) sets it once per thread and counts on it: our route must put it
+    back. Before it did, llama.cpp died with SIGILL after one of our wide passes."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    lib = native.load_library()
+    ours = TorchLlama(map_gguf(gguf_files.write(tmp_path / "mixed.gguf", "qwen2")), torch.bfloat16, max_len=512,
+                      quant="gguf")
+    tokens = np.random.default_rng(0).integers(0, gguf_files.VOCAB, WIDE).tolist()
+    torch.set_num_threads(1)  # both on this thread
+    with _amx(lib, True):
+        llm = llama_cpp.Llama(str(model_path(SMALL)), n_ctx=512, n_threads=1, verbose=False)
+        prompt = _embedded_tokens()[:24]
+        llm.eval(prompt)
+        want = np.array(llm.scores[len(prompt) - 1])
+        for _ in range(2):
+            ours.truncate(0)
+            ours.forward(tokens)  # wide passes of K-quants: AMX tiles
+            llm.reset()
+            llm.eval(prompt)
+            assert np.array_equal(np.array(llm.scores[len(prompt) - 1]), want)
+
+
 # --- whole models -----------------------------------------------------------------------------
 
 @dataclasses.dataclass

@@ -44,6 +44,8 @@ _ABI = 2  # decoder.c's draftline_abi(): the structs below mirror its own
 # round differently, and every copy of a kernel must compute alike (decoder.c).
 _FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread"]
 _INT4, _INT8 = 100, 101  # native.h's formats besides ggml's type ids
+TILE_TOKENS = 16  # native.h's TILE_T: tokens per AMX tile
+_K_QUANTS = {12, 13, 14}  # Q4_K, Q5_K, Q6_K: the formats amx.c multiplies
 _MAX_PARTS = 3
 
 
@@ -109,6 +111,7 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.draftline_scratch_bytes.argtypes = [p, i, i, i]
     lib.draftline_amx.restype = i
     lib.draftline_amx.argtypes = [i]
+    lib.draftline_tiles_from.restype = i
     if _off("DRAFTLINE_AMX"):
         lib.draftline_amx(0)
     return lib
@@ -282,6 +285,8 @@ class NativeDecoder:
                               model.k_cache.data_ptr(), model.v_cache.data_ptr(), self.cos.data_ptr(),
                               self.sin.data_ptr())
         self.scratch_bytes = 0  # the largest pass's so far
+        mlp = self._layers[0].w_gate_up  # most of a pass's weights
+        self._tiled = all(mlp.parts[i].format in _K_QUANTS for i in range(mlp.n_parts))
 
     def _vector(self, t: torch.Tensor | None) -> int | None:
         if t is None:
@@ -306,6 +311,12 @@ class NativeDecoder:
         matrices = [model.head] + [getattr(layer, m) for layer in model.layers
                                    for m in ("wqkv", "wo", "w_gate_up", "w_down")]
         return all(_parts(w) is not None for w in matrices)
+
+    def tiles_from(self) -> int:
+        """The pass width from which this model's products run on AMX tiles (amx.c), whose
+        time is flat up to TILE_TOKENS tokens; 0 where they do not run (no AMX here, or not
+        K-quants)."""
+        return self.lib.draftline_tiles_from() if self._tiled else 0
 
     def set_head(self, head: Weight) -> None:
         self._struct.head = c_matrix(head)

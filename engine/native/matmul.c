@@ -212,12 +212,13 @@ size_t matmul_scratch(int cols) {
    of registers. */
 static void blocks(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add,
                    uint8_t *scratch) {
-  const size_t ldw = unpacked_bytes(p->format, K);
-  const int amx = a->tiles && integer_scales(p->format), tile = amx ? AMX_ROWS : ROWS;
+  const int amx = a->tiles && integer_scales(p->format), folded = amx && p->format != Q6_K, tile = amx ? AMX_ROWS : ROWS;
+  const size_t ldw = folded ? amx_folded_bytes(K) : unpacked_bytes(p->format, K);
   const int block = BLOCK_BYTES / ldw > (size_t)tile ? (int)(BLOCK_BYTES / ldw) / tile * tile : tile;
   for (int b0 = n0; b0 < n1; b0 += block) {
     const int rows = b0 + block < n1 ? block : n1 - b0;
-    unpack_rows(p, K, b0, rows, scratch);
+    if (folded) amx_fold_rows(p, K, b0, rows, scratch);
+    else unpack_rows(p, K, b0, rows, scratch);
     if (amx) {
       amx_ktiles(scratch, ldw, p->format, a, T, rows, y + b0, ldy, add);
       continue;
