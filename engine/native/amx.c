@@ -3,14 +3,18 @@ tile state): a block of rows unpacked for the tiles, times 16 tokens at a time. 
 block of 128 columns it makes the integers the registers' routes make (product.h), I (levels
 times activations times integer scales) and M (integer mins times the activations' sums), for
 each (row, token) of a 16 x 16 tile; the float steps after them are product.h's kfold, so a
-token's result is bitwise the same on every route and width.
+token's result is bitwise the same on every route and width. The scales are folded into the
+rows, so that no multiplication per unit is left:
 - Q4_K and Q5_K: the 6-bit scale of each 32 columns is split, sc = 8 hi + lo, so that level * hi
-  and level * lo fit a byte (at most 31 * 7); rows are unpacked as those two products and each
-  column's 6-bit min m. Three TDPBUSDs per 64 columns give C_hi, C_lo and M: I = 8 C_hi + C_lo,
-  exactly, with no multiplication per unit.
-- Q6_K (int8 scales per 16 columns): a TDPBUSD per 16 columns of the levels, each (row, token)
-  then multiplied by its row's scale and added in zmm registers (vpmulld); M takes 4 vpdpwssd
-  per row and block.
+  and level * lo fit a byte (at most 31 * 7); with a plane of each column's 6-bit min, three
+  TDPBUSDs per 64 columns give C_hi, C_lo and M: I = 8 C_hi + C_lo, exactly.
+- Q6_K (int8 scales per 16 columns, levels 0-63): the scale in base 4, sc = p0 + 4 p1 + 16 p2 +
+  64 p3 (p0-p2 in 0..3, p3 in -2..1), so that level * p fits a byte (189 at most; signed for
+  p3); with a plane of the scales themselves (M = 32 sum(sc * q): the registers' mins are
+  32 sc), five TDPBUSD/TDPBSSDs per 64 columns give I = C0 + 4 C1 + 16 C2 + 64 C3. Five planes
+  cost more to unpack than one group of 16 tokens saves, so a pass of one group takes a
+  TDPBUSD per 16 columns of the levels instead ("pieces"), each (row, token) then multiplied
+  by its row's scale in zmm registers (vpmulld), M by vpdpwssd.
 The tile unit runs a block ahead of the zmm steps, which read sums stored a block earlier. A
 TDPBUSD's time does not depend on how many of its 16 tokens are used, so wide passes cost
 little more per token than the weights take to read (docs/native.md, "AMX").
@@ -55,6 +59,14 @@ int amx_for(int T) { return enabled && T >= AMX_TOKENS; }
 /* The pass width from which the AMX route runs (0: it does not). */
 int draftline_tiles_from(void) { return enabled ? AMX_TOKENS : 0; }
 
+int amx_folds(int format, int T) { return format != Q6_K || T > TILE_T; }
+
+/* A row unpacked for folded tiles: Q4_K/Q5_K: the planes hi, lo, m [K] bytes each, then d
+   [K / 256] and dmin [K / 256] floats; Q6_K: the planes p0, p1, p2, p3, sc [K] each, then d. */
+size_t amx_folded_bytes(int format, int K) {
+  return ((size_t)(format == Q6_K ? 5 : 3) * K + (size_t)K / 32 + 63) / 64 * 64;
+}
+
 #if AMX
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -64,52 +76,73 @@ typedef struct {
 
 typedef enum { FOLDED, PIECES } Layout;
 
-/* FOLDED: tmm0-2 the sums C_hi, C_lo, M (16 rows x 16 tokens, int32), tmm3-5 the rows' hi, lo
-   and m bytes (16 rows x 64 columns), tmm6-7 the activations of 64 columns each (16 rows of 16
-   tokens x 4 columns). PIECES: tmm0-3 sums, tmm4-5 levels (16 rows x 16 columns), tmm6-7
-   activations (4 rows of 16 tokens x 4 columns). */
+/* FOLDED: every tile 16 rows x 64 bytes: the sums (16 rows x 16 tokens, int32) in tmm0-2
+   (Q4_K/Q5_K) or tmm0-4 (Q6_K), the rows' planes in the next ones, the activations of two 64
+   columns in tmm6-7 (16 rows of 16 tokens x 4 columns). PIECES: tmm0-3 sums, tmm4-5 levels (16
+   rows x 16 columns), tmm6-7 activations (4 rows of 16 tokens x 4 columns). */
 static void configure(Layout layout) {
   TileConfig c;
   memset(&c, 0, sizeof c);
   c.palette = 1;
-  const int k = layout == FOLDED ? 64 : 16, sums = layout == FOLDED ? 3 : 4;
-  for (int i = 0; i < 6; i++) c.rows[i] = AMX_ROWS, c.colsb[i] = i < sums ? 64 : (uint16_t)k;
+  const int k = layout == FOLDED ? 64 : 16;
+  for (int i = 0; i < 6; i++) c.rows[i] = AMX_ROWS, c.colsb[i] = i < 4 ? 64 : (uint16_t)k;
   for (int i = 6; i < 8; i++) c.rows[i] = (uint8_t)(k / 4), c.colsb[i] = 4 * TILE_T;
   _tile_loadconfig(&c);
 }
 
-/* A Q4_K/Q5_K row unpacked for FOLDED tiles: hi [K], lo [K], m [K] bytes, d [K / 256],
-   dmin [K / 256] floats. */
-size_t amx_folded_bytes(int K) { return ((size_t)3 * K + (size_t)K / 32 + 63) / 64 * 64; }
+/* level * the multipliers of a unit's two halves (16 columns each), as bytes: a 16-bit product
+   of two bytes' lane, with no carry from the low byte (each product < 256). */
+ALWAYS_INLINE __m256i times(__m256i levels, int first, int second) {
+  return _mm256_mullo_epi16(levels, _mm256_set_m128i(_mm_set1_epi16((short)second), _mm_set1_epi16((short)first)));
+}
 
 ALWAYS_INLINE void fold_row(const Part *p, int format, int K, int row, uint8_t *out) {
-  float *d = (float *)(out + 3 * (size_t)K), *dmin = d + K / 256;
+  const int planes = format == Q6_K ? 5 : 3;
+  float *d = (float *)(out + planes * (size_t)K), *dmin = d + K / 256;
   for (int j = 0; j < K; j += 256) {
     const uint8_t *b = block_at(p, format, row, j);
     Scales s;
     read_scales(p, format, b, row, K, j, &s, NULL);
-    d[j / 256] = s.d, dmin[j / 256] = s.dmin;
-    for (int k = 0; k < 8; k++) { /* a 16-bit product of two bytes' lane: no carry between them */
+    d[j / 256] = s.d;
+    if (format != Q6_K) dmin[j / 256] = s.dmin;
+    for (int k = 0; k < 8; k++) {
       const __m256i levels = read_levels(format, b, k);
-      const short sc = s.ints[2 * k];
-      _mm256_store_si256((__m256i *)(out + j + 32 * k), _mm256_mullo_epi16(levels, _mm256_set1_epi16(sc >> 3)));
-      _mm256_store_si256((__m256i *)(out + K + j + 32 * k), _mm256_mullo_epi16(levels, _mm256_set1_epi16(sc & 7)));
-      _mm256_store_si256((__m256i *)(out + 2 * K + j + 32 * k), _mm256_set1_epi8((char)s.mints[2 * k]));
+      const int lo = s.ints[2 * k], hi = s.ints[2 * k + 1]; /* the two halves' scales */
+      uint8_t *at = out + j + 32 * k;
+      if (format != Q6_K) { /* one scale per 32 columns */
+        _mm256_store_si256((__m256i *)at, times(levels, lo >> 3, lo >> 3));
+        _mm256_store_si256((__m256i *)(at + K), times(levels, lo & 7, lo & 7));
+        _mm256_store_si256((__m256i *)(at + 2 * K), _mm256_set1_epi8((char)s.mints[2 * k]));
+        continue;
+      }
+      for (int i = 0; i < 3; i++) /* the digits of sc's low 6 bits (two's complement) */
+        _mm256_store_si256((__m256i *)(at + i * K), times(levels, (lo >> 2 * i) & 3, (hi >> 2 * i) & 3));
+      const int top_lo = lo >> 6, top_hi = hi >> 6; /* -2..1 */
+      const __m256i signs = _mm256_set_m128i(_mm_set1_epi8((char)top_hi), _mm_set1_epi8((char)top_lo));
+      _mm256_store_si256((__m256i *)(at + 3 * K), _mm256_sign_epi8(times(levels, abs(top_lo), abs(top_hi)), signs));
+      _mm256_store_si256((__m256i *)(at + 4 * K), _mm256_set_m128i(_mm_set1_epi8((char)hi), _mm_set1_epi8((char)lo)));
     }
   }
 }
 
 void amx_fold_rows(const Part *p, int K, int r0, int rows, uint8_t *out) {
-  const size_t ldw = amx_folded_bytes(K);
+  const size_t ldw = amx_folded_bytes(p->format, K);
   for (int r = 0; r < rows; r++) {
-    if (p->format == Q4_K) fold_row(p, Q4_K, K, r0 + r, out + r * ldw);
-    else fold_row(p, Q5_K, K, r0 + r, out + r * ldw);
+#define FOLD(F) fold_row(p, F, K, r0 + r, out + r * ldw)
+    K_FORMAT(FOLD)
   }
 }
 
 #define BARRIER() __asm__ volatile("" ::: "memory")
 
-/* FOLDED: block b's C_hi, C_lo and M, stored at sums[0..2]. */
+/* Plane `plane` of the rows (in tmm A) at columns at..at + 63 times activations tile B, into S. */
+#define PLANE(S, A, plane, at, B, dp)                                                            \
+  do {                                                                                           \
+    _tile_loadd(A, w + (size_t)(plane) * K + (at), (long)ldw);                                   \
+    dp(S, A, B);                                                                                 \
+  } while (0)
+
+/* Folded Q4_K/Q5_K: block b's C_hi, C_lo and M, stored at sums[0..2]. */
 static inline void issue_folded(const uint8_t *w, size_t ldw, int K, const int8_t *tiles, int b,
                                 int32_t sums[][AMX_ROWS * TILE_T]) {
   const int at = ACT_BLOCK * b;
@@ -118,22 +151,46 @@ static inline void issue_folded(const uint8_t *w, size_t ldw, int K, const int8_
   _tile_zero(2);
   _tile_loadd(6, tiles + (size_t)at * TILE_T, 4 * TILE_T);
   _tile_loadd(7, tiles + (size_t)(at + 64) * TILE_T, 4 * TILE_T);
-  _tile_loadd(3, w + at, (long)ldw);
-  _tile_dpbusd(0, 3, 6);
-  _tile_loadd(4, w + K + at, (long)ldw);
-  _tile_dpbusd(1, 4, 6);
-  _tile_loadd(5, w + 2 * K + at, (long)ldw);
-  _tile_dpbusd(2, 5, 6);
-  _tile_loadd(3, w + at + 64, (long)ldw);
-  _tile_dpbusd(0, 3, 7);
-  _tile_loadd(4, w + K + at + 64, (long)ldw);
-  _tile_dpbusd(1, 4, 7);
-  _tile_loadd(5, w + 2 * K + at + 64, (long)ldw);
-  _tile_dpbusd(2, 5, 7);
+  PLANE(0, 3, 0, at, 6, _tile_dpbusd);
+  PLANE(1, 4, 1, at, 6, _tile_dpbusd);
+  PLANE(2, 5, 2, at, 6, _tile_dpbusd);
+  PLANE(0, 3, 0, at + 64, 7, _tile_dpbusd);
+  PLANE(1, 4, 1, at + 64, 7, _tile_dpbusd);
+  PLANE(2, 5, 2, at + 64, 7, _tile_dpbusd);
   BARRIER();
   _tile_stored(0, sums[0], 64);
   _tile_stored(1, sums[1], 64);
   _tile_stored(2, sums[2], 64);
+  BARRIER();
+}
+
+/* Folded Q6_K: block b's C0-C3 and M / 32, stored at sums[0..4]. */
+static inline void issue_folded6(const uint8_t *w, size_t ldw, int K, const int8_t *tiles, int b,
+                                 int32_t sums[][AMX_ROWS * TILE_T]) {
+  const int at = ACT_BLOCK * b;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_zero(4);
+  _tile_loadd(6, tiles + (size_t)at * TILE_T, 4 * TILE_T);
+  _tile_loadd(7, tiles + (size_t)(at + 64) * TILE_T, 4 * TILE_T);
+  PLANE(0, 5, 0, at, 6, _tile_dpbusd); /* unsigned digits */
+  PLANE(1, 5, 1, at, 6, _tile_dpbusd);
+  PLANE(2, 5, 2, at, 6, _tile_dpbusd);
+  PLANE(3, 5, 3, at, 6, _tile_dpbssd); /* the signed top digit, and the scales */
+  PLANE(4, 5, 4, at, 6, _tile_dpbssd);
+  PLANE(0, 5, 0, at + 64, 7, _tile_dpbusd);
+  PLANE(1, 5, 1, at + 64, 7, _tile_dpbusd);
+  PLANE(2, 5, 2, at + 64, 7, _tile_dpbusd);
+  PLANE(3, 5, 3, at + 64, 7, _tile_dpbssd);
+  PLANE(4, 5, 4, at + 64, 7, _tile_dpbssd);
+  BARRIER();
+  _tile_stored(0, sums[0], 64);
+  _tile_stored(1, sums[1], 64);
+  _tile_stored(2, sums[2], 64);
+  _tile_stored(3, sums[3], 64);
+  _tile_stored(4, sums[4], 64);
   BARRIER();
 }
 
@@ -148,7 +205,7 @@ static inline void issue_folded(const uint8_t *w, size_t ldw, int K, const int8_
 
 enum { PIECES_PER_BLOCK = ACT_BLOCK / 16 };
 
-/* PIECES: the 8 TDPBUSDs of block b, their sums stored at sums[piece]. */
+/* Q6_K in pieces: the 8 TDPBUSDs of block b, their sums stored at sums[piece]. */
 static inline void issue_pieces(const uint8_t *w, size_t ldw, const int8_t *tiles, int b,
                                 int32_t sums[][AMX_ROWS * TILE_T]) {
   for (int at = ACT_BLOCK * b, piece = 0; piece < PIECES_PER_BLOCK; at += 64, piece += 4) {
@@ -171,44 +228,54 @@ ALWAYS_INLINE __m512 kfold16(__m512 acc, __m512i I, __m512i M, float d, float dm
   return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(_mm512_set1_ps(dmin), s), acc);
 }
 
+ALWAYS_INLINE __m512i sums_at(int32_t (*sums)[AMX_ROWS * TILE_T], int i, int r) {
+  return _mm512_load_si512(sums[i] + r * TILE_T);
+}
+
 /* Rows 0..R-1 of w against token group g (its first C tokens kept), into y[t * ldy + r]. */
-static void amx_tile(const uint8_t *w, size_t ldw, int format, const Acts *a, int g, int R, int C, float *y, int ldy,
-                     int add) {
-  const int K = a->cols, B = blocks_per_row(K), folded = format != Q6_K;
+static void amx_tile(const uint8_t *w, size_t ldw, int format, int folded, const Acts *a, int g, int R, int C,
+                     float *y, int ldy, int add) {
+  const int K = a->cols, B = blocks_per_row(K);
   const int8_t *tiles = a->tiles + (size_t)g * TILE_T * K;
   int32_t sums[2][PIECES_PER_BLOCK][AMX_ROWS * TILE_T] __attribute__((aligned(64)));
   __m512 acc[AMX_ROWS];
   for (int r = 0; r < AMX_ROWS; r++) acc[r] = _mm512_setzero_ps();
   for (int b = 0; b <= B; b++) {
-    if (b < B && folded) issue_folded(w, ldw, K, tiles, b, sums[b % 2]);
     if (b < B && !folded) issue_pieces(w, ldw, tiles, b, sums[b % 2]);
+    else if (b < B && format == Q6_K) issue_folded6(w, ldw, K, tiles, b, sums[b % 2]);
+    else if (b < B) issue_folded(w, ldw, K, tiles, b, sums[b % 2]);
     if (b == 0) continue;
     const int done = b - 1; /* the block whose sums were stored a step ago */
     int32_t(*ready)[AMX_ROWS * TILE_T] = sums[done % 2];
     const __m512 s = _mm512_load_ps(a->block_scales + ((size_t)g * B + done) * TILE_T);
-    if (folded) {
+    if (folded && format == Q6_K) {
+      for (int r = 0; r < R; r++) {
+        const float d = ((const float *)(w + r * ldw + 5 * (size_t)K))[done / 2];
+        __m512i I = sums_at(ready, 3, r);
+        for (int i = 2; i >= 0; i--) I = _mm512_add_epi32(_mm512_slli_epi32(I, 2), sums_at(ready, i, r));
+        acc[r] = kfold16(acc[r], I, _mm512_slli_epi32(sums_at(ready, 4, r), 5), d, d, s);
+      }
+    } else if (folded) {
       for (int r = 0; r < R; r++) {
         const float *d = (const float *)(w + r * ldw + 3 * (size_t)K);
-        const __m512i I = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ready[0] + r * TILE_T), 3),
-                                           _mm512_load_si512(ready[1] + r * TILE_T));
-        acc[r] = kfold16(acc[r], I, _mm512_load_si512(ready[2] + r * TILE_T), d[done / 2], d[K / 256 + done / 2], s);
+        const __m512i I = _mm512_add_epi32(_mm512_slli_epi32(sums_at(ready, 0, r), 3), sums_at(ready, 1, r));
+        acc[r] = kfold16(acc[r], I, sums_at(ready, 2, r), d[done / 2], d[K / 256 + done / 2], s);
       }
-      continue;
-    }
-    const int32_t *pairs = a->block_qsums + ((size_t)g * B + done) * 4 * TILE_T;
-    for (int r = 0; r < R; r++) {
-      const uint8_t *row = w + r * ldw;
-      const int16_t *ints = unpacked_ints(row, K) + PIECES_PER_BLOCK * done, *mints = unpacked_mints(row, K) + 8 * done;
-      __m512i I = _mm512_setzero_si512(), M = _mm512_setzero_si512();
-      for (int piece = 0; piece < PIECES_PER_BLOCK; piece++)
-        I = _mm512_add_epi32(I, _mm512_mullo_epi32(_mm512_load_si512(ready[piece] + r * TILE_T),
-                                                    _mm512_set1_epi32(ints[piece])));
-      for (int p = 0; p < 4; p++) {
-        int32_t both; /* mints 2p and 2p + 1, as vpdpwssd pairs them */
-        memcpy(&both, mints + 2 * p, 4);
-        M = _mm512_dpwssd_epi32(M, _mm512_load_si512(pairs + p * TILE_T), _mm512_set1_epi32(both));
+    } else {
+      const int32_t *pairs = a->block_qsums + ((size_t)g * B + done) * 4 * TILE_T;
+      for (int r = 0; r < R; r++) {
+        const uint8_t *row = w + r * ldw;
+        const int16_t *ints = unpacked_ints(row, K) + PIECES_PER_BLOCK * done, *mints = unpacked_mints(row, K) + 8 * done;
+        __m512i I = _mm512_setzero_si512(), M = _mm512_setzero_si512();
+        for (int piece = 0; piece < PIECES_PER_BLOCK; piece++)
+          I = _mm512_add_epi32(I, _mm512_mullo_epi32(sums_at(ready, piece, r), _mm512_set1_epi32(ints[piece])));
+        for (int p = 0; p < 4; p++) {
+          int32_t both; /* mints 2p and 2p + 1, as vpdpwssd pairs them */
+          memcpy(&both, mints + 2 * p, 4);
+          M = _mm512_dpwssd_epi32(M, _mm512_load_si512(pairs + p * TILE_T), _mm512_set1_epi32(both));
+        }
+        acc[r] = kfold16(acc[r], I, M, unpacked_d(row, K)[done / 2], unpacked_dmin(row, K)[done / 2], s);
       }
-      acc[r] = kfold16(acc[r], I, M, unpacked_d(row, K)[done / 2], unpacked_dmin(row, K)[done / 2], s);
     }
   }
   float out[TILE_T] __attribute__((aligned(64)));
@@ -223,19 +290,18 @@ void amx_ktiles(const uint8_t *w, size_t ldw, int format, const Acts *a, int T, 
      oneDNN in torch) configure it once per thread and count on it: theirs is put back after. */
   TileConfig theirs;
   _tile_storeconfig(&theirs);
-  configure(format == Q6_K ? PIECES : FOLDED);
+  const int folded = amx_folds(format, T);
+  configure(folded ? FOLDED : PIECES);
   BARRIER(); /* the rows just unpacked */
   for (int r = 0; r < rows; r += AMX_ROWS)
     for (int g = 0; g * TILE_T < T; g++) {
       const int R = rows - r < AMX_ROWS ? rows - r : AMX_ROWS, C = T - g * TILE_T < TILE_T ? T - g * TILE_T : TILE_T;
-      amx_tile(w + r * ldw, ldw, format, a, g, R, C, y + (size_t)g * TILE_T * ldy + r, ldy, add);
+      amx_tile(w + r * ldw, ldw, format, folded, a, g, R, C, y + (size_t)g * TILE_T * ldy + r, ldy, add);
     }
   if (theirs.palette) _tile_loadconfig(&theirs);
   else _tile_release();
 }
 #else
-size_t amx_folded_bytes(int K) { return (size_t)K; }
-
 void amx_fold_rows(const Part *p, int K, int r0, int rows, uint8_t *out) {
   (void)p, (void)K, (void)r0, (void)rows, (void)out;
   abort(); /* amx_for is never true in this build */

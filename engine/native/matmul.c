@@ -202,7 +202,8 @@ static void float_tiles(const float *w, int ldw, const Acts *a, int t0, int R, i
 }
 
 size_t matmul_scratch(int cols) {
-  const size_t row = unpacked_bytes(F32, cols); /* the largest unpacked row */
+  const size_t f32 = unpacked_bytes(F32, cols), folded = amx_folded_bytes(Q6_K, cols);
+  const size_t row = f32 > folded ? f32 : folded; /* the largest unpacked row */
   return (row * AMX_ROWS > BLOCK_BYTES ? row * AMX_ROWS : BLOCK_BYTES) + row + 64;
 }
 
@@ -212,8 +213,9 @@ size_t matmul_scratch(int cols) {
    of registers. */
 static void blocks(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add,
                    uint8_t *scratch) {
-  const int amx = a->tiles && integer_scales(p->format), folded = amx && p->format != Q6_K, tile = amx ? AMX_ROWS : ROWS;
-  const size_t ldw = folded ? amx_folded_bytes(K) : unpacked_bytes(p->format, K);
+  const int amx = a->tiles && integer_scales(p->format), folded = amx && amx_folds(p->format, T);
+  const int tile = amx ? AMX_ROWS : ROWS;
+  const size_t ldw = folded ? amx_folded_bytes(p->format, K) : unpacked_bytes(p->format, K);
   const int block = BLOCK_BYTES / ldw > (size_t)tile ? (int)(BLOCK_BYTES / ldw) / tile * tile : tile;
   for (int b0 = n0; b0 < n1; b0 += block) {
     const int rows = b0 + block < n1 ? block : n1 - b0;

@@ -232,10 +232,11 @@ ALWAYS_INLINE float *unpacked_d(const uint8_t *row, int K) { return (float *)(ro
 ALWAYS_INLINE float *unpacked_dmin(const uint8_t *row, int K) { return (float *)(row + K + K / 4 + K / 64); }
 
 /* The AMX route (amx.c): `rows` unpacked K-quant rows at w (ldw bytes apart, readable up to
-   whole tiles of AMX_ROWS; Q4_K and Q5_K unpacked by amx_fold_rows, ldw amx_folded_bytes; Q6_K
-   as above) times all T tokens of a (whose `tiles` are laid out), into y[t * ldy + r]. */
+   whole tiles of AMX_ROWS; where amx_folds, unpacked by amx_fold_rows, ldw amx_folded_bytes;
+   else as above) times all T tokens of a (whose `tiles` are laid out), into y[t * ldy + r]. */
 enum { AMX_ROWS = 16 };
-size_t amx_folded_bytes(int K);
+int amx_folds(int format, int T);
+size_t amx_folded_bytes(int format, int K);
 void amx_fold_rows(const Part *p, int K, int r0, int rows, uint8_t *out);
 void amx_ktiles(const uint8_t *w, size_t ldw, int format, const Acts *a, int T, int rows, float *y, int ldy, int add);
 
