@@ -243,7 +243,7 @@ def test_int4_computes_the_files_q4_k_weights(zoo, family):
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_the_native_decoder_computes_the_gguf_where_it_is_mapped(zoo, family, qtype):
     """dtype gguf, the default where the native decoder runs (llama and qwen2 here): the
-    file's blocks multiplied where they lie, activations quantized to int8 per 4 values, a
+    file's blocks multiplied where they lie, activations quantized to int8 (a scale per 16 or 128 values), a
     bf16 KV cache, llama's Q/K rows in llama.cpp's order (rotated pairwise). Float files come
     within 0.5% of the logits' range of transformers on the same weights, quantized ones
     within 2% (the activations' rounding), with the same argmax nearly everywhere. Other families

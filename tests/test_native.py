@@ -246,8 +246,9 @@ def test_a_prefill_records_the_same_features_as_decoding(case):
 
 
 def test_logits_are_close_to_the_fp32_model_on_the_same_weights(case):
-    """Activations quantized per 4 values and a bf16 KV cache: within 3% of the logits' range
-    of the fp32 model on the same (dequantized) weights, the same next token nearly everywhere."""
+    """Activations quantized to int8 (a scale per 16 values, per 128 for the K-quants) and a bf16
+    KV cache: within 3% of the logits' range of the fp32 model on the same (dequantized)
+    weights, the same next token nearly everywhere."""
     want = _decode(_fp32_twin(case), case.tokens, [STEPS])
     got = _decode(case.model, case.tokens, [1] * STEPS)
     assert (got - want).abs().max() <= 0.03 * want.abs().max()
