@@ -232,6 +232,19 @@ ALWAYS_INLINE __m512i sums_at(int32_t (*sums)[AMX_ROWS * TILE_T], int i, int r) 
   return _mm512_load_si512(sums[i] + r * TILE_T);
 }
 
+/* Block b's rows (each plane's 128 columns of the 16 rows) and activations, toward L1 a block
+   ahead of their tile loads: TILELOADD reads 16 strided lines, and waits on each one. */
+static inline void prefetch_block(const uint8_t *w, size_t ldw, int K, int planes, const int8_t *tiles, int b) {
+  for (int plane = 0; plane < planes; plane++)
+    for (int r = 0; r < AMX_ROWS; r++) {
+      const char *at = (const char *)(w + r * ldw + (size_t)plane * K + ACT_BLOCK * b);
+      _mm_prefetch(at, _MM_HINT_T0);
+      _mm_prefetch(at + 64, _MM_HINT_T0);
+    }
+  for (int line = 0; line < ACT_BLOCK * TILE_T; line += 64)
+    _mm_prefetch((const char *)(tiles + (size_t)ACT_BLOCK * b * TILE_T + line), _MM_HINT_T0);
+}
+
 /* Rows 0..R-1 of w against token group g (its first C tokens kept), into y[t * ldy + r]. */
 static void amx_tile(const uint8_t *w, size_t ldw, int format, int folded, const Acts *a, int g, int R, int C,
                      float *y, int ldy, int add) {
@@ -241,6 +254,7 @@ static void amx_tile(const uint8_t *w, size_t ldw, int format, int folded, const
   __m512 acc[AMX_ROWS];
   for (int r = 0; r < AMX_ROWS; r++) acc[r] = _mm512_setzero_ps();
   for (int b = 0; b <= B; b++) {
+    if (b + 1 < B && folded) prefetch_block(w, ldw, K, format == Q6_K ? 5 : 3, tiles, b + 1);
     if (b < B && !folded) issue_pieces(w, ldw, tiles, b, sums[b % 2]);
     else if (b < B && format == Q6_K) issue_folded6(w, ldw, K, tiles, b, sums[b % 2]);
     else if (b < B) issue_folded(w, ldw, K, tiles, b, sums[b % 2]);
