@@ -142,6 +142,19 @@ void amx_fold_rows(const Part *p, int K, int r0, int rows, uint8_t *out) {
     dp(S, A, B);                                                                                 \
   } while (0)
 
+/* Sums tiles 0..n-1 (3 or 5) stored at sums[0..n-1], for the zmm steps. */
+static inline void store_sums(int32_t sums[][AMX_ROWS * TILE_T], int n) {
+  BARRIER();
+  _tile_stored(0, sums[0], 64);
+  _tile_stored(1, sums[1], 64);
+  _tile_stored(2, sums[2], 64);
+  if (n > 3) {
+    _tile_stored(3, sums[3], 64);
+    _tile_stored(4, sums[4], 64);
+  }
+  BARRIER();
+}
+
 /* Folded Q4_K/Q5_K: block b's C_hi, C_lo and M, stored at sums[0..2]. */
 static inline void issue_folded(const uint8_t *w, size_t ldw, int K, const int8_t *tiles, int b,
                                 int32_t sums[][AMX_ROWS * TILE_T]) {
@@ -157,11 +170,7 @@ static inline void issue_folded(const uint8_t *w, size_t ldw, int K, const int8_
   PLANE(0, 3, 0, at + 64, 7, _tile_dpbusd);
   PLANE(1, 4, 1, at + 64, 7, _tile_dpbusd);
   PLANE(2, 5, 2, at + 64, 7, _tile_dpbusd);
-  BARRIER();
-  _tile_stored(0, sums[0], 64);
-  _tile_stored(1, sums[1], 64);
-  _tile_stored(2, sums[2], 64);
-  BARRIER();
+  store_sums(sums, 3);
 }
 
 /* Folded Q6_K: block b's C0-C3 and M / 32, stored at sums[0..4]. */
@@ -185,13 +194,7 @@ static inline void issue_folded6(const uint8_t *w, size_t ldw, int K, const int8
   PLANE(2, 5, 2, at + 64, 7, _tile_dpbusd);
   PLANE(3, 5, 3, at + 64, 7, _tile_dpbssd);
   PLANE(4, 5, 4, at + 64, 7, _tile_dpbssd);
-  BARRIER();
-  _tile_stored(0, sums[0], 64);
-  _tile_stored(1, sums[1], 64);
-  _tile_stored(2, sums[2], 64);
-  _tile_stored(3, sums[3], 64);
-  _tile_stored(4, sums[4], 64);
-  BARRIER();
+  store_sums(sums, 5);
 }
 
 /* Columns at..at + 15 of the rows times the tokens' activations, into sums tile S. */

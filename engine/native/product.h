@@ -1,4 +1,4 @@
-/* The arithmetic every route of the products shares (narrow.c, narrow_k.c, matmul.c), so that
+/* The arithmetic every route of the products shares (narrow.c, narrow_k.c, matmul.c, amx.c), so that
 a (row, token) rounds alike whichever computes it.
 
 Formats of 32-column blocks, per 32 columns (a unit) of one row and one token: an integer dot
@@ -14,8 +14,8 @@ I, the levels times the activations times the integer scales, and M, the integer
 the activations' 16-column sums. Per unit: the levels times the activations in 16-bit column
 pairs (maddubs: at most 2 * 63 * 127, no saturation), times the unit's integer scales, added to
 8 int32 lanes (vpdpwssd; madd + add with AVX2), the lanes summed after the block; on the AMX
-route (amx.c), a TDPBUSD per unit and rows of 16 tokens scaled in zmm registers. Either way the
-same integers, and then the same float steps per (row, token): acc += I * (d * s), then
+route (amx.c), TDPBUSDs over rows with the integer scales folded in, 16 tokens at a time.
+Either way the same integers, and then the same float steps per (row, token): acc += I * (d * s), then
 acc -= M * (dmin * s), each one fused multiply-add, s the token's block scale (kfold).
 Integer sums are exact, and the float steps are the same, in the same order, whatever the
 route, tile, pass width, thread or other tokens. */
