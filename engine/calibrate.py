@@ -33,11 +33,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-import torch
-
 from engine.backends.base import PREFILL_CHUNK, Backend
 from engine.execution_plan import STORED, ExecutionPlan
-from engine.kernels import prefill_candidates
 from engine.native import TILE_TOKENS
 from engine.user_cache import cache_dir, write_atomically
 
@@ -67,7 +64,9 @@ class Calibration:
             if self.copy_kernel:
                 backend.use_prefill_kernel(self.copy_kernel)
             backend.use_prefill_kernel(self.plan.prefill)
+        if hasattr(backend, "plan"):
             backend.plan = self.plan
+        if hasattr(backend, "release_plain_layouts"):
             backend.release_plain_layouts()
 
     def as_dict(self) -> dict:
@@ -168,13 +167,13 @@ def measure_native(backend, max_width: int, max_threads: int) -> Calibration:
     backend.truncate(0)
     backend.forward([0])  # untimed: the first pass after loading pays one-time costs (5x a pass, seen)
     for n in [max_threads, 1]:
-        torch.set_num_threads(n)
+        backend.set_threads(n)
         backend.plan = ExecutionPlan()
         costs[n] = _native_costs(backend, max_width)
         if n == max_threads and (max_threads == 1 or costs[n][1] >= _SHORT_PASS):
             break
         threads = sorted(costs)
-    torch.set_num_threads(max_threads)
+    backend.set_threads(max_threads)
     best = [min(threads, key=lambda n: costs[n][w]) for w in range(max_width + 1)]
     cal = Calibration(pass_cost=[costs[n][w] for w, n in enumerate(best)],
                       prefill_tokens_per_s=max_width / min(costs[n][max_width] for n in threads),
@@ -187,7 +186,9 @@ def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
     """Everything `Calibration` holds, measured now (a few seconds)."""
     if getattr(backend, "native", None) is not None:
         return measure_native(backend, max_width, max_threads)
-    torch.set_num_threads(max_threads)
+    from engine.kernels import prefill_candidates
+
+    backend.set_threads(max_threads)
     cal = Calibration(pass_cost=[], prefill_tokens_per_s=0.0)
     if hasattr(backend, "use_prefill_kernel"):
         backend.truncate(0)
@@ -214,7 +215,7 @@ def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
     kernels = (STORED, cal.copy_kernel) if cal.copy_kernel else (STORED,)
     costs = {}
     for threads, kernel in itertools.product(sorted({1, max_threads}), kernels):
-        torch.set_num_threads(threads)
+        backend.set_threads(threads)
         backend.plan = ExecutionPlan([threads] * (max_width + 1) + [max_threads], [kernel] * (max_width + 1),
                                      cal.plan.prefill)
         costs[threads, kernel] = measure_pass_costs(backend, max_width)
@@ -249,7 +250,7 @@ def load_or_measure(backend: Backend, max_width: int, max_threads: int, key: str
         cal = Calibration.from_dict(json.loads(path.read_text()))
         if len(cal.pass_cost) == max_width + 1:
             cal.apply(backend)
-            torch.set_num_threads(max_threads)
+            backend.set_threads(max_threads)
             if getattr(backend, "native", None) is None:  # C passes have nothing to set up
                 warm_up(backend, max_width)
             return cal

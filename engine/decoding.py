@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from engine.backends.base import Backend
 from engine.drafters.base import Draft, Drafter
@@ -97,13 +97,13 @@ def _prefill(target: Backend, prompt: Sequence[int], out: _Output) -> int:
     return prompt[-1]
 
 
-def _pick(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> int:
+def _pick(logits: np.ndarray, sampling: Sampling, generator: np.random.Generator) -> int:
     if sampling.greedy:
         return int(logits.argmax())
     return draw(probabilities(logits, sampling), generator)
 
 
-def _heal(target: Backend, current: int, out: _Output, generator: torch.Generator) -> int:
+def _heal(target: Backend, current: int, out: _Output, generator: np.random.Generator) -> int:
     """Regenerate the prompt's removed last token (`out.owed`) under the healing constraint, a
     pass per token. Every mode runs this same step first, so speculative output still equals
     the baseline's."""
@@ -111,8 +111,8 @@ def _heal(target: Backend, current: int, out: _Output, generator: torch.Generato
     while required and not out.done:
         t = time.perf_counter()
         logits = target.forward([current])[-1]
-        allowed = torch.tensor(healer.allowed(required), dtype=torch.long)
-        masked = torch.full_like(logits, float("-inf"))
+        allowed = np.fromiter(healer.allowed(required), dtype=np.int64)
+        masked = np.full_like(logits, -np.inf)
         masked[allowed] = logits[allowed]
         current = _pick(masked, sampling, generator)
         out.stats.verify_ms += _ms_since(t)
@@ -123,7 +123,7 @@ def _heal(target: Backend, current: int, out: _Output, generator: torch.Generato
 
 
 def _begin(target: Backend, prompt: Sequence[int], request: Request, vocab: Vocabulary,
-           owed: str) -> tuple[_Output, int, torch.Generator]:
+           owed: str) -> tuple[_Output, int, np.random.Generator]:
     """The start both loops share: prefill, then heal. Returns the output so far, the current
     token (not yet in the cache) and the random generator."""
     out = _Output(request, vocab, owed)
@@ -157,7 +157,7 @@ def _finish(out: _Output, stats: Stats, start: float) -> Generation:
     return Generation(out.tokens, text if cut is None else text[:cut], stats)
 
 
-def verify_greedy(draft: Draft, logits: torch.Tensor) -> tuple[list[int], int]:
+def verify_greedy(draft: Draft, logits: np.ndarray) -> tuple[list[int], int]:
     """Walk the tree from the root, following the child that equals the target's argmax.
 
     logits has a row per pass position (Draft.pass_position). Returns the accepted node
@@ -174,8 +174,8 @@ def verify_greedy(draft: Draft, logits: torch.Tensor) -> tuple[list[int], int]:
         node = child
 
 
-def verify_sampling(draft: Draft, logits: torch.Tensor, sampling: Sampling,
-                    generator: torch.Generator) -> tuple[list[int], int]:
+def verify_sampling(draft: Draft, logits: np.ndarray, sampling: Sampling,
+                    generator: np.random.Generator) -> tuple[list[int], int]:
     """Rejection sampling on a chain: accept token x with probability min(1, p(x) / q(x)),
     otherwise draw from normalize(max(0, p - q)) and stop. If all are accepted, draw a bonus
     token from p. The output is distributed exactly as the target's own samples."""
@@ -183,11 +183,14 @@ def verify_sampling(draft: Draft, logits: torch.Tensor, sampling: Sampling,
         raise ValueError("rejection sampling needs a chain draft")
     p = probabilities(logits, sampling)
     for i, x in enumerate(draft.tokens):
-        q = draft.probs[i] if draft.probs is not None else torch.nn.functional.one_hot(
-            torch.tensor(x), p.shape[-1]).float()
-        if float(torch.rand((), generator=generator)) < min(1.0, float(p[i, x] / q[x])):
+        if draft.probs is not None:
+            q = draft.probs[i]
+        else:  # a deterministic drafter: all of q's mass on x
+            q = np.zeros(p.shape[-1])
+            q[x] = 1.0
+        if generator.random() < min(1.0, float(p[i, x] / q[x])):
             continue
-        residual = (p[i] - q).clamp(min=0.0)
+        residual = np.maximum(p[i] - q, 0.0)
         total = float(residual.sum())
         return list(range(i)), draw(residual / total if total > 0 else p[i], generator)
     return list(range(len(draft))), draw(p[len(draft)], generator)

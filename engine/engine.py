@@ -5,15 +5,11 @@ import os
 import threading
 from collections.abc import Sequence
 
-import torch
-
-from engine.backends.base import Backend, prefill_chunk_for
-from engine.backends.torch_llama import TorchLlama
+from engine.backends.base import Backend
 from engine.calibrate import Calibration, load_or_measure, measure_pass_costs
 from engine.decoding import Vocabulary, generate_autoregressive, generate_speculative
 from engine.draft_length import Acceptance, PassCosts
 from engine.execution_plan import ExecutionPlan
-from engine.draft_loading import EMBEDDED_DRAFT, load_embedded_draft
 from engine.drafters.base import ModelDrafter
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.hybrid import Hybrid
@@ -59,9 +55,10 @@ class Engine:
         """copy_budget: the most of the machine's available memory that resident bf16/fp32
         copies of the matrices may take, where the torch kernels run a model and a copy
         measured faster (the native decoder never makes one)."""
-        max_threads = set_threads(threads)
+        max_threads = threads or len(os.sched_getaffinity(0))  # default: all cores this process may use
         dtype = resolve_dtype(dtype, model)
         target, tokenizer = load_model(model, dtype, backend, max_len)
+        target.set_threads(max_threads)
         if hasattr(target, "copy_budget"):
             target.copy_budget = copy_budget
         drafter = _load_drafter(draft, target, tokenizer, dtype, max_len)
@@ -71,7 +68,7 @@ class Engine:
         engine = cls(target, tokenizer, drafter, _exact_width(calibration, cls.MAX_NODES + 1) - 1,
                      pass_cost=calibration.pass_cost, draft_cost=draft_cost)
         engine.calibration, engine.dtype = calibration, dtype
-        target.prefill_chunk = prefill_chunk_for(calibration.prefill_tokens_per_s)
+        target.prefill_estimate = calibration.prefill_tokens_per_s
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
 
@@ -246,7 +243,9 @@ def _draft_pass_cost(draft: Backend, max_threads: int) -> float:
 
 def _load_drafter(spec: str | None, target: Backend, tokenizer: Tokenizer, dtype: str | None,
                   max_len: int) -> ModelDrafter | None:
-    if spec == EMBEDDED_DRAFT:  # a trained layer reading the target's own features
+    if spec == "embedded":  # a trained layer reading the target's own features (torch)
+        from engine.draft_loading import load_embedded_draft
+
         return load_embedded_draft(target)
     if not spec:
         return None
@@ -254,7 +253,7 @@ def _load_drafter(spec: str | None, target: Backend, tokenizer: Tokenizer, dtype
     return pair_draft(target, tokenizer, backend, draft_tokenizer)
 
 
-def pair_draft(target: Backend, tokenizer: Tokenizer, draft: TorchLlama, draft_tokenizer: Tokenizer) -> DraftModel:
+def pair_draft(target: Backend, tokenizer: Tokenizer, draft: Backend, draft_tokenizer: Tokenizer) -> DraftModel:
     """A draft model for `target`, if both share a tokenizer.
 
     Embeddings are often padded to different row counts (Qwen2.5-Coder: 151936 rows at 0.5B,
@@ -280,9 +279,3 @@ def _calibration_key(model: str, target: Backend, threads: int) -> str:
         kind += f"-{native.build}"
     return f"{machine_key(threads)}-{content_key(resolve(model))}-{kind}-{target.max_len}".replace("torch.", "")
 
-
-def set_threads(threads: int | None) -> int:
-    """Set torch's thread count on purpose (default: all cores this process may use)."""
-    n = threads or len(os.sched_getaffinity(0))
-    torch.set_num_threads(n)
-    return n

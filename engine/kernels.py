@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,7 @@ class Int8Weight:
     makes it nearly twice as fast on a CPU (multi-token passes gain less)."""
     q: torch.Tensor  # int8 [out, in]
     scale: torch.Tensor  # bf16 [out]
+    format: ClassVar[str] = "int8"  # what the native decoder reads it as (engine/native/)
 
     @classmethod
     def quantize(cls, w: torch.Tensor) -> Int8Weight:
@@ -86,6 +88,7 @@ class Int4Weight:
     differ by CPU, is made once, at first use. Once nothing needs the plain layout any more
     (`release_plain`), only the packed one stays: half the memory."""
     q: torch.Tensor | None  # uint8 [out, in / 2]; None once released
+    format: ClassVar[str] = "int4"
     scale: torch.Tensor  # bf16 [out, in / GROUP]
     zero: torch.Tensor  # bf16 [out, in / GROUP]
     _packed: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False, compare=False)

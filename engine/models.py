@@ -5,24 +5,24 @@ import importlib.util
 import logging
 from pathlib import Path
 
-import torch
-
-from engine.api import BACKENDS
+from engine.api import BACKENDS, DTYPES
+from engine.devices import cuda_available
 from engine.backends.base import Backend
 from engine.errors import BackendUnavailable, ModelLoadError
 from engine.fetch import model_path
-from engine.kernels import QUANT
-from engine import weight_cache
 from engine.tokenization import load_tokenizer
 from engine.tokenization.tokenizer import Tokenizer
-from engine.weights import load_weights
 
 log = logging.getLogger("draftline")
 
-# int8, int4: weight-only quantized matrices with bf16 activations (CPU; engine/kernels.py).
-# gguf: a GGUF file's own blocks where it is mapped, computed by the native decoder.
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int8": torch.bfloat16,
-          "int4": torch.bfloat16, "gguf": torch.bfloat16}
+
+def torch_dtype(dtype: str):
+    """The torch dtype a weights format computes in: int8 and int4 are weight-only quantized
+    matrices with bf16 activations (CPU; engine/kernels.py); gguf, a GGUF file's own blocks
+    where it is mapped (the native decoder), keeps its KV cache in bf16."""
+    import torch
+
+    return {"fp16": torch.float16, "fp32": torch.float32}.get(dtype, torch.bfloat16)
 
 
 def resolve(spec: str | Path) -> Path:
@@ -42,12 +42,18 @@ def default_dtype(device: str = "cpu", path: Path | None = None) -> str:
     read half the bytes of bf16. Every kernel computes each row of a pass on its own, so lookup
     output matches plain greedy output."""
     if device == "cuda":
+        import torch
+
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     if path is not None and path.suffix == ".gguf" and path.is_file():
-        from engine.formats.gguf import runs_mapped, stored_in_4_bits
+        from engine.formats.gguf_mapped import runs_mapped
 
         try:
-            return "gguf" if runs_mapped(path) else "int4" if stored_in_4_bits(path) else "int8"
+            if runs_mapped(path):
+                return "gguf"
+            from engine.formats.gguf import stored_in_4_bits
+
+            return "int4" if stored_in_4_bits(path) else "int8"
         except ModelLoadError:
             return "int8"  # loading it will say what is wrong
     return "int8"
@@ -59,12 +65,11 @@ def resolve_dtype(dtype: str | None, model: str | Path | None = None) -> str:
         raise ModelLoadError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
     if dtype is not None:
         return dtype
-    return default_dtype("cuda" if torch.cuda.is_available() else "cpu",
-                         None if model is None else resolve(model))
+    return default_dtype("cuda" if cuda_available() else "cpu", None if model is None else resolve(model))
 
 
 def _runs_mapped(path: Path) -> bool:
-    from engine.formats.gguf import runs_mapped
+    from engine.formats.gguf_mapped import runs_mapped
 
     return path.suffix == ".gguf" and path.is_file() and runs_mapped(path)
 
@@ -79,7 +84,7 @@ def choose_backend(requested: str, path: Path) -> str:
         require_exllamav2()  # fail fast on a CPU machine, before any weights are read
     if requested != "auto":
         return requested
-    if torch.cuda.is_available() and path.is_dir() and importlib.util.find_spec("exllamav2"):
+    if path.is_dir() and cuda_available() and importlib.util.find_spec("exllamav2"):
         return "exllamav2"
     return "torch"
 
@@ -95,26 +100,35 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
         from engine.backends.exllamav2 import load_exllamav2  # lazy: CUDA machines only
 
         return load_exllamav2(path, max_len=max_len)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = "cuda" if cuda_available() else "cpu"
     dtype = resolve_dtype(dtype, path)
-    from engine.backends.torch_llama import TorchLlama
-
     tokenizer = load_tokenizer(path)  # first: an unsupported vocabulary fails before any tensor is read
     if dtype == "gguf" and (device != "cpu" or not _runs_mapped(path)):
         dtype = default_dtype(device, path)
         log.info("%s: the native decoder cannot compute it in place; using %s", path.name, dtype)
-    quant = dtype if dtype in QUANT else None
-    if dtype == "gguf":  # the file's own blocks, where it is mapped: nothing to convert or keep
-        from engine.formats.gguf import map_gguf
+    if dtype == "gguf":  # the file's own blocks, where it is mapped: nothing to convert or keep, no torch
+        from engine.backends.native_llama import NativeLlama
+        from engine.formats.gguf_mapped import map_gguf
 
         weights = map_gguf(path)
+        model = NativeLlama(weights, max_len=max_len)
     else:
-        weights = weight_cache.load(path, dtype)
-    if weights is None:  # first start with this file: convert, and keep the result
-        weights = weight_cache.convert(load_weights(path, four_bit=quant == "int4"), DTYPES[dtype], quant)
-        weight_cache.save(weights, path, dtype)
-    log.info("loaded %s (%d layers, %s, %s)", path.name, weights.config.n_layers, dtype, device)
-    model = TorchLlama(weights, DTYPES[dtype], max_len=max_len, device=device, quant=quant)
+        model = _load_torch(path, dtype, device, max_len)
+    log.info("loaded %s (%d layers, %s, %s)", path.name, model.config.n_layers, dtype, device)
     # Rows that pad the embedding past the real tokens are never chosen.
     model.limit_vocab(min(tokenizer.vocab_size, tokenizer.tokens_in_use))
     return model, tokenizer
+
+
+def _load_torch(path: Path, dtype: str, device: str, max_len: int) -> Backend:
+    from engine import weight_cache
+    from engine.backends.torch_llama import TorchLlama
+    from engine.kernels import QUANT
+    from engine.weights import load_weights
+
+    quant = dtype if dtype in QUANT else None
+    weights = weight_cache.load(path, dtype)
+    if weights is None:  # first start with this file: convert, and keep the result
+        weights = weight_cache.convert(load_weights(path, four_bit=quant == "int4"), torch_dtype(dtype), quant)
+        weight_cache.save(weights, path, dtype)
+    return TorchLlama(weights, torch_dtype(dtype), max_len=max_len, device=device, quant=quant)

@@ -56,9 +56,11 @@ def content_key(path: Path) -> str:
 
 
 def machine_key(threads: int) -> str:
-    """What makes a timing measured here valid elsewhere: processor, instruction sets,
+    """What makes a timing measured here valid elsewhere: processor, instruction sets, GPU,
     torch build, and the thread count."""
-    import torch  # here, not at the top: fetching a model and the remote path need no torch
+    from importlib.metadata import PackageNotFoundError, version
+
+    from engine.devices import gpu_name
 
     cpu = platform.processor()
     try:
@@ -67,6 +69,9 @@ def machine_key(threads: int) -> str:
         cpu = "\n".join(dict.fromkeys(lines))  # the first of each kind: all cores alike
     except OSError:
         pass
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
-    text = f"{cpu}|{gpu}|{torch.__version__}|{threads}"
+    try:
+        torch = version("torch")  # not imported: a model the native decoder runs needs no torch
+    except PackageNotFoundError:
+        torch = ""
+    text = f"{cpu}|{gpu_name()}|{torch}|{threads}"
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()

@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from engine.architectures import FAMILIES, expand
 from engine.errors import ModelLoadError
 from engine.rope import RopeScaling
+
+if TYPE_CHECKING:  # a mapped GGUF's path never imports torch
+    import torch
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class LlamaConfig:
         return self.head_dim or self.hidden_size // self.n_heads
 
 
-class LazyTensors(Mapping[str, torch.Tensor]):
+class LazyTensors(Mapping[str, "torch.Tensor"]):
     """canonical name -> tensor, read from the file on each lookup (nothing is cached), so
     that a backend converts one tensor at a time and drops each source as it goes."""
 
@@ -71,7 +73,7 @@ class LoadedWeights:
     tensors: Mapping[str, torch.Tensor]  # canonical names (engine/architectures.py), maybe lazy
     source: Path
     # Q/K rows in llama.cpp's interleaved order (a mapped GGUF of the llama family): rotary
-    # turns adjacent pairs instead of halves (engine/formats/gguf.py map_gguf)
+    # turns adjacent pairs instead of halves (engine/formats/gguf_mapped.py map_gguf)
     rotary_pairs: bool = False
 
 

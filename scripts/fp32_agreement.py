@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.backends.native_llama import NativeLlama
 from engine.backends.torch_llama import TorchLlama
-from engine.formats.gguf import map_gguf
+from engine.formats.gguf_mapped import map_gguf
 from engine.tokenization import load_tokenizer
 from engine.weights import load_weights
 
@@ -42,13 +43,13 @@ def main() -> None:
     args = parser.parse_args()
     tokenizer = load_tokenizer(args.model)
     prompts = [tokenizer.encode(f.read_text())[:args.tokens] for f in args.files]
-    ours = TorchLlama(map_gguf(args.model), torch.bfloat16, max_len=args.tokens, quant="gguf")
+    ours = NativeLlama(map_gguf(args.model), max_len=args.tokens)
     twin = TorchLlama(load_weights(args.model), torch.float32, max_len=args.tokens)
     twin.limit_vocab(ours.vocab_size)
 
-    def logits(model: TorchLlama, prompt: list[int]) -> torch.Tensor:
+    def logits(model, prompt: list[int]) -> torch.Tensor:
         model.truncate(0)
-        return model.forward(prompt).float()
+        return torch.from_numpy(model.forward(prompt))
 
     want = [logits(twin, p) for p in prompts]
     del twin

@@ -50,7 +50,7 @@ def check(root: Path) -> bool:
         result = {"model": name, "device": torch.cuda.get_device_name()}
         for label, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
             model = TorchLlama(load_weights(root / name), dtype=dtype, max_len=128, device="cuda")
-            got = model.forward(IDS).cpu()
+            got = torch.from_numpy(model.forward(IDS))
             result[f"{label}_max_abs_diff"] = float((got - want).abs().max())
             result[f"{label}_top1_agreement"] = float((got.argmax(-1) == want.argmax(-1)).float().mean())
         result["ok"] = result["fp32_max_abs_diff"] < FP32_ATOL

@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
@@ -97,8 +98,8 @@ def make_random_llama(folder: Path, tokenizer_json: Path, seed: int = 0) -> Path
     return folder
 
 
-def _compare(name: str, got: torch.Tensor, want: torch.Tensor) -> dict:
-    got, want = got.float().cpu(), want.float().cpu()
+def _compare(name: str, got, want) -> dict:
+    got, want = (torch.as_tensor(t).float().cpu() for t in (got, want))
     diff = float((got - want).abs().max())
     tol = 0.02 * float(want.std()) + 0.02  # fp16 logits of magnitude ~10 round to ~0.01
     argmax = float((got.argmax(-1) == want.argmax(-1)).float().mean())
@@ -106,7 +107,7 @@ def _compare(name: str, got: torch.Tensor, want: torch.Tensor) -> dict:
             "argmax_agreement": round(argmax, 4), "positions": want.shape[0]}
 
 
-def _fresh(backend: Backend, tokens: list[int]) -> torch.Tensor:
+def _fresh(backend: Backend, tokens: list[int]):
     backend.truncate(0)
     return backend.forward(tokens)
 
@@ -115,7 +116,7 @@ def check_logits(candidate: Backend, reference: Backend, tokens: list[int]) -> l
     results = [_compare("one-pass forward", _fresh(candidate, tokens), _fresh(reference, tokens))]
     candidate.truncate(0)
     reference.truncate(0)
-    step = lambda b: torch.cat([b.forward([t]) for t in tokens])  # noqa: E731
+    step = lambda b: np.concatenate([b.forward([t]) for t in tokens])  # noqa: E731
     results.append(_compare("token-by-token forwards", step(candidate), step(reference)))
     # Roll back to the middle, then continue differently: stale cache entries must not leak in.
     keep = len(tokens) // 2

@@ -95,10 +95,11 @@ def _rss_mb() -> float:
 def load(path: Path, dtype: str) -> None:
     import torch
 
+    from engine.backends.native_llama import NativeLlama
     from engine.backends.torch_llama import TorchLlama
-    from engine.formats.gguf import map_gguf
+    from engine.formats.gguf_mapped import map_gguf
     from engine.kernels import QUANT
-    from engine.models import DTYPES
+    from engine.models import torch_dtype
     from engine.weights import load_weights
 
     torch.set_num_threads(2)
@@ -106,10 +107,15 @@ def load(path: Path, dtype: str) -> None:
     start = time.perf_counter()
     weights = map_gguf(path) if dtype == "gguf" else load_weights(path, four_bit=dtype == "int4")
     header = time.perf_counter() - start
-    model = TorchLlama(weights, DTYPES[dtype], max_len=512, quant=dtype if dtype in QUANT else None)
+    if dtype == "gguf":
+        model = NativeLlama(weights, max_len=512)
+        model.set_threads(2)
+    else:
+        model = TorchLlama(weights, torch_dtype(dtype), max_len=512, quant=dtype if dtype in QUANT else None)
     loaded = time.perf_counter() - start
     logits = model.forward([1, 2, 3])
-    model.release_plain_layouts()  # as calibration does once it keeps the stored format (no copy)
+    if hasattr(model, "release_plain_layouts"):  # as calibration does once it keeps the stored format
+        model.release_plain_layouts()
     passes = {}
     for width in (1, 13):  # decoding passes (best of 3), as a completion runs them
         times = []

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.remote_servers import StubServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +24,7 @@ print(json.dumps({'code': code, 'heavy': heavy}))
 
 def _probe(*argv: str) -> dict:
     out = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+                         timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -45,3 +47,16 @@ def test_the_local_engine_is_imported_only_when_used():
                           "print('torch' in sys.modules, 'engine.engine' in sys.modules)"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+def test_a_model_the_native_decoder_runs_is_served_without_torch():
+    """A GGUF the C decoder computes where it is mapped runs on the native backend: numpy and
+    ctypes only, so a start does not pay torch's import (1.2-1.5 s on two cores)."""
+    from engine import native
+    from tests.models import SMALL
+
+    if native.load_library() is None:
+        pytest.skip("no native decoder on this machine")
+    done = _probe("--model", SMALL, "complete", "examples/shapes.py", "--line", "24", "--col", "8",
+                  "--max-new-tokens", "4")
+    assert done == {"code": 0, "heavy": ["engine.engine", "engine.models", "engine.native"]}

@@ -9,13 +9,15 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 
 from engine import calibrate, weight_cache
+from engine.backends.native_llama import NativeLlama
 from engine.backends.torch_llama import TorchLlama
-from engine.formats.gguf import map_gguf
+from engine.formats.gguf_mapped import map_gguf
 from engine.execution_plan import STORED
 from engine.kernels import Int8Weight
 from engine.user_cache import content_key, write_atomically
@@ -41,7 +43,7 @@ def int8_model() -> TorchLlama:
     return model
 
 
-def next_logits(model: TorchLlama, kernel: str, prompt: list[int], copy: bool = True) -> torch.Tensor:
+def next_logits(model: TorchLlama, kernel: str, prompt: list[int], copy: bool = True) -> np.ndarray:
     model.truncate(0)
     copied = model.use_prefill_kernel(kernel, allow_copy=copy)
     assert copied == (copy and kernel == "bf16")  # an fp32 copy is over the memory budget
@@ -56,7 +58,7 @@ def test_every_prefill_kernel_computes_the_same_model():
     reference = next_logits(model, "fp32", prompt, copy=False)
     for kernel, copy in [(STORED, False), ("bf16", True), ("bf16", False), ("fp32", False)]:
         logits = next_logits(model, kernel, prompt, copy)
-        assert torch.allclose(logits, reference, atol=0.05 * float(reference.abs().max()))
+        assert np.allclose(logits, reference, atol=0.05 * float(np.abs(reference).max()))
     # Passes that return logits (decoding, verification) use the stored format whatever the
     # prefill kernel, so they round alike and speculative output equals plain decoding.
     model.truncate(0)
@@ -67,7 +69,7 @@ def test_every_prefill_kernel_computes_the_same_model():
         model.truncate(len(prompt) - 1)
         model.use_prefill_kernel(kernel)
         by_kernel.append(model.forward(prompt[-1:])[0])
-    assert all(torch.equal(logits, by_kernel[0]) for logits in by_kernel)
+    assert all(np.array_equal(logits, by_kernel[0]) for logits in by_kernel)
 
 
 def test_the_fastest_measured_kernel_is_chosen(monkeypatch):
@@ -102,8 +104,8 @@ def test_wide_decoding_passes_use_the_copy_where_it_measured_faster(monkeypatch)
     model.truncate(0)  # measuring used the cache
     model.forward(prompt, logits=False)
     got = model.forward(prompt[-4:])  # 4 tokens: through the copy
-    assert not torch.equal(got, want)
-    assert torch.allclose(got, want, atol=0.05 * float(want.abs().max()))
+    assert not np.array_equal(got, want)
+    assert np.allclose(got, want, atol=0.05 * float(np.abs(want).max()))
 
 
 def test_an_int4_model_prefilling_natively_keeps_only_the_packed_layout(monkeypatch):
@@ -120,7 +122,7 @@ def test_an_int4_model_prefilling_natively_keeps_only_the_packed_layout(monkeypa
     assert model.plan.prefill == STORED and model.copy_kernel is None
     assert all(layer.w_down.q is None for layer in model.layers) and model.embed.q is not None
     model.truncate(0)
-    assert torch.equal(model.forward(prompt), want)
+    assert np.array_equal(model.forward(prompt), want)
 
 
 def test_a_natively_run_model_is_calibrated_in_a_few_passes_without_copies(monkeypatch):
@@ -162,8 +164,7 @@ def test_native_passes_on_amx_tiles_are_timed_once_and_cost_alike_up_to_a_tile(m
     """Where K-quant products run on AMX tiles (amx.c), a tile's time does not depend on how
     many of its 16 tokens are used: a 16-token pass is timed too, and passes from the tiles'
     first width up to it cost as much."""
-    model = TorchLlama(map_gguf(gguf_files.write(tmp_path / "k.gguf", types=(Q.Q4_K,))), torch.bfloat16,
-                       max_len=256, quant="gguf")
+    model = NativeLlama(map_gguf(gguf_files.write(tmp_path / "k.gguf", types=(Q.Q4_K,))), max_len=256)
     tiles_from = model.native.tiles_from()
     if not tiles_from:
         pytest.skip("no AMX route here")
@@ -305,11 +306,12 @@ def test_an_unusable_cache_directory_costs_time_not_the_model(tmp_path, monkeypa
 
 
 def test_a_prefill_is_cancelled_within_about_half_a_second_at_the_measured_rate(fp32_engine):
-    """A background prefill of a large model on a small CPU (40 tokens/s) runs in 20-token
-    chunks, not 256 (6 s), so a new request waits for at most one short chunk."""
+    """A background prefill of a large model on a small CPU (40 tokens/s) runs in 16-token
+    chunks, not 256 (6 s), so a new request waits for at most one short chunk; chunks are whole
+    16-token groups (AMX tiles), sized by the measured rate once there is one."""
     from engine.backends.base import PREFILL_CHUNK, prefill_chunk_for
 
-    assert prefill_chunk_for(40.0) == 20 and prefill_chunk_for(5.0) == 16
+    assert prefill_chunk_for(40.0) == 16 and prefill_chunk_for(5.0) == 16 and prefill_chunk_for(110.0) == 48
     assert prefill_chunk_for(1e6) == PREFILL_CHUNK
     target = fp32_engine.target
     assert target.prefill_chunk == prefill_chunk_for(fp32_engine.prefill_tokens_per_s())
@@ -336,8 +338,8 @@ def test_the_prefill_rate_is_learned_from_real_prefills():
     """Calibration only estimates the prefill rate (from narrow passes); once a session has
     prefilled a few chunks, their measured rate is what prompt trimming uses."""
     model = int8_model()
-    model.prefill_chunk = 16
-    assert model.prefill_rate() is None
+    model.prefill_estimate = 32.0  # 16-token chunks
+    assert model.prefill_rate() is None and model.prefill_chunk == 16
     model.sync([(7 * i) % 64 for i in range(40)])  # two full chunks (the third, 8 tokens, is not counted)
     assert model.prefilled[0] == 32 and model.prefill_rate() is None
     model.sync([(7 * i) % 64 for i in range(40)] + [(3 * i) % 64 for i in range(40)])

@@ -1,6 +1,7 @@
 """The shipped draft: loads on the target's features and embedding, agrees with it, keeps output exact."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
@@ -65,14 +66,14 @@ def test_engine_arithmetic_equals_the_training_module(engine: Engine) -> None:
     target.truncate(0)
     target.forward(ids[:-1], logits=False)
     draft.reset()
-    last = draft.catch_up(ids)  # the cached route, as drafting runs it
+    last = torch.from_numpy(draft.catch_up(ids))  # the cached route, as drafting runs it
     shipped = load_file(EMBEDDED_DRAFT_DIR / "model.safetensors")
     weights = load_weights(model_path(SMALL))
     net = FeatureDraftNet(weights.config, weights.tensors, 0, shipped["head_rows"])
     with torch.no_grad():
         for name, param in net.params.items():
             param.copy_(shipped[name].float())
-        feats = target.features[:len(ids) - 1].float()[None]
+        feats = torch.as_tensor(target.features[:len(ids) - 1]).float()[None]
         want = net.logits(net(feats, torch.tensor(ids[1:])[None]))[0]
     got = draft.teacher_forced_logits(ids)[:, shipped["head_rows"]]
     assert torch.allclose(got, want, atol=1e-3, rtol=1e-3)
@@ -85,7 +86,7 @@ def test_incremental_cache_equals_a_fresh_one(engine: Engine) -> None:
     ids = held_out_ids(engine, 300)
     target, draft = engine.target, engine.draft
 
-    def incremental_then_fresh(context: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def incremental_then_fresh(context: list[int]) -> tuple[np.ndarray, np.ndarray]:
         target.sync(context[:-1])
         incremental = draft.catch_up(context)
         draft.reset()
@@ -94,9 +95,9 @@ def test_incremental_cache_equals_a_fresh_one(engine: Engine) -> None:
     draft.reset()
     for context in (ids, ids[:100] + ids[200:]):  # the target moves on; then rewrites its past
         target.sync(context[:150])
-        draft.propose(context[:151], 4, Sampling(), torch.Generator())  # leaves drafted positions
+        draft.propose(context[:151], 4, Sampling(), np.random.default_rng())  # leaves drafted positions
         incremental, fresh = incremental_then_fresh(context)
-        assert torch.allclose(incremental, fresh, atol=1e-4)
+        assert np.allclose(incremental, fresh, atol=1e-4)
 
 
 def test_prefill_fills_both_caches(engine: Engine) -> None:

@@ -5,7 +5,7 @@ lookup and verifies wide trees."""
 import time
 from collections.abc import Sequence
 
-import torch
+import numpy as np
 
 from engine.calibrate import Calibration
 from engine.execution_plan import STORED, ExecutionPlan
@@ -47,7 +47,7 @@ def drafter(costs: PassCosts) -> tuple[Hybrid, ScriptedModel]:
 
 
 def propose(hybrid: Hybrid, context: list[int]) -> Draft:
-    return hybrid.propose(context, 24, Sampling(), torch.Generator())
+    return hybrid.propose(context, 24, Sampling(), np.random.default_rng())
 
 
 def test_the_model_runs_where_lookup_has_nothing_on_either_machine():
@@ -82,7 +82,7 @@ def test_a_draft_models_chains_and_siblings_follow_the_costs():
     for name, costs in (("cpu", CPU), ("gpu", GPU)):
         model = DraftModel(backend, siblings=3)
         model.tune(costs)
-        chains[name] = model.propose([1, 2, 3, 4], 12, Sampling(), torch.Generator())
+        chains[name] = model.propose([1, 2, 3, 4], 12, Sampling(), np.random.default_rng())
     assert len(chains["gpu"]) > len(chains["cpu"])
     assert not chains["gpu"].is_chain  # unsure levels get the next tokens as leaves
 

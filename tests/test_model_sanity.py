@@ -13,7 +13,7 @@ from tests.models import SMALL
 def bits_per_byte(engine: Engine, text: str) -> float:
     tokens = engine.tokenizer.encode(text)[:1024]
     engine.target.truncate(0)
-    logits = engine.target.forward(tokens)
+    logits = torch.from_numpy(engine.target.forward(tokens))
     nll = -torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(tokens[1:])[:, None]).sum()
     return float(nll) / math.log(2) / len(engine.tokenizer.decode(tokens[1:]).encode())
 

@@ -6,7 +6,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-import torch
+import numpy as np
 
 PREFILL_CHUNK = 256  # the most tokens in one prefill pass
 MEASURED_CHUNK = 16  # prefill chunks at least this wide count in the measured prefill rate
@@ -22,9 +22,9 @@ class Backend(ABC):
     vocab_size: int
     max_len: int
     supports_tree: bool = False  # can `forward` take a token tree (parents) in one pass?
-    # Tokens per prefill pass in `sync`: a cancelled prefill stops after the chunk in flight, so
-    # the engine sizes it to this machine's measured prefill rate (`prefill_chunk_for`).
-    prefill_chunk: int = PREFILL_CHUNK
+    # Calibration's estimate of the prefill rate (tokens/s), until this session has measured
+    # its own (`prefill_rate`); the engine sets it.
+    prefill_estimate: float = float("inf")
 
     def __init__(self) -> None:
         self.tokens: list[int] = []
@@ -33,19 +33,28 @@ class Backend(ABC):
         self.prefilled = (0, 0.0)
 
     @property
+    def prefill_chunk(self) -> int:
+        """Tokens per prefill pass in `sync`: a cancelled prefill stops after the chunk in flight,
+        so it is sized to the prefill rate (`prefill_chunk_for`), the measured one once there is one."""
+        return prefill_chunk_for(self.prefill_rate() or self.prefill_estimate)
+
+    @property
     def length(self) -> int:
         return len(self.tokens)
 
     @abstractmethod
     def forward(
         self, tokens: Sequence[int], parents: Sequence[int] | None = None, logits: bool = True
-    ) -> torch.Tensor | None:
-        """Append `tokens` to the cache; return float32 logits [len(tokens), vocab]
-        (None with logits=False: a prefill skips the output head).
+    ) -> np.ndarray | None:
+        """Append `tokens` to the cache; return float32 logits [len(tokens), vocab] as a numpy
+        array (None with logits=False: a prefill skips the output head).
 
         With `parents` (tree mode) token i attends to the cache, its ancestors and itself;
         parents[i] is the index of its parent among `tokens`, or -1 for the cache's last token.
         """
+
+    def set_threads(self, n: int) -> None:
+        """How many threads passes the execution plan does not size run on (CPU backends)."""
 
     @abstractmethod
     def truncate(self, n: int) -> None:
@@ -74,10 +83,10 @@ class Backend(ABC):
         common = self.cached_prefix(prompt)
         self.truncate(common)
         rest = list(prompt[common:])
-        for i in range(0, len(rest), self.prefill_chunk):
+        while rest:
             if cancel is not None and cancel.is_set():
                 break
-            chunk, start = rest[i:i + self.prefill_chunk], time.perf_counter()
+            chunk, rest, start = rest[:self.prefill_chunk], rest[self.prefill_chunk:], time.perf_counter()
             self.forward(chunk, logits=False)
             if len(chunk) >= MEASURED_CHUNK:
                 tokens, seconds = self.prefilled
@@ -88,6 +97,29 @@ class Backend(ABC):
         """Tokens per second of this session's prefills, once they add up to a few chunks."""
         tokens, seconds = self.prefilled
         return tokens / seconds if tokens >= 4 * MEASURED_CHUNK else None
+
+
+def tree_depths(parents: Sequence[int]) -> list[int]:
+    """Depth of each node (0 for children of the root); parents must precede children."""
+    depth: list[int] = []
+    for i, p in enumerate(parents):
+        if p >= i:
+            raise ValueError("token tree parents must come before their children")
+        depth.append(0 if p < 0 else depth[p] + 1)
+    return depth
+
+
+def pass_positions(start: int, n: int, parents: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Rotary positions [n] of a pass's tokens at cache position `start`, and which of them each
+    may attend to ([n, n] bool: itself and its ancestors): a chain, or a token tree given by its
+    parents."""
+    if parents is None:
+        return np.arange(start, start + n), np.tri(n, dtype=bool)
+    local = np.eye(n, dtype=bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            local[i] |= local[p]
+    return start + np.asarray(tree_depths(parents), dtype=np.int64), local
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -112,7 +144,9 @@ CANCEL_WAIT_S = 0.5
 
 
 def prefill_chunk_for(tokens_per_s: float) -> int:
-    """Tokens per prefill pass at a measured prefill rate: a chunk of about CANCEL_WAIT_S, 16 at
-    the least (a 1.5B model on two cores prefills ~40 tokens/s, and its passes of 16-256 tokens
-    run at the same rate), PREFILL_CHUNK at the most."""
-    return max(16, min(PREFILL_CHUNK, int(tokens_per_s * CANCEL_WAIT_S)))
+    """Tokens per prefill pass at a prefill rate: a chunk of about CANCEL_WAIT_S, in whole
+    groups of MEASURED_CHUNK (the AMX route multiplies 16 tokens per tile: a 29-token chunk
+    pays for 32), 16 at the least (a 1.5B model on two cores prefills 60-120 tokens/s; at
+    29-token chunks 70-95, at 48 85-110), PREFILL_CHUNK at the most."""
+    tokens = int(tokens_per_s * CANCEL_WAIT_S) // MEASURED_CHUNK * MEASURED_CHUNK
+    return max(MEASURED_CHUNK, min(PREFILL_CHUNK, tokens))

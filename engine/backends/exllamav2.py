@@ -11,6 +11,7 @@ import importlib.util
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from engine.backends.base import Backend
@@ -66,7 +67,7 @@ class ExLlamaV2Backend(Backend):
 
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
-                logits: bool = True) -> torch.Tensor | None:
+                logits: bool = True) -> np.ndarray | None:
         n = len(tokens)
         if n == 0:
             raise ValueError("forward needs at least one token")
@@ -80,7 +81,7 @@ class ExLlamaV2Backend(Backend):
         if not logits:
             return None
         # fp16 logits, possibly with padded head columns (set to -65504) past the real vocabulary.
-        return out[0, :, :self.vocab_size].float()
+        return out[0, :, :self.vocab_size].float().cpu().numpy()
 
     def truncate(self, n: int) -> None:
         del self.tokens[n:]

@@ -4,22 +4,24 @@ Rotary embeddings (with rope scaling, engine/rope.py), grouped-query attention, 
 head; what differs between families (RMSNorm or LayerNorm, SwiGLU or GELU MLP, biases, q/k
 norm) comes from engine/architectures.py. Q/K/V and gate/up are fused into one matmul each:
 on a CPU most of a one-token pass is per-op overhead. Runs on the CPU, or on CUDA when asked.
-On a CPU the passes of a quantized model run in C where they can (engine/native/): this module
-then holds the weights (a mapped GGUF's own blocks with quant "gguf", or int4/int8) and the KV
-cache, and runs the other kernels' passes.
+On a CPU the passes of an int4/int8 model run in C where they can (engine/native/): this module
+then holds the weights and the KV cache, and runs the other kernels' passes. A GGUF the C
+decoder computes where the file is mapped runs without torch (engine/backends/native_llama.py).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from engine.architectures import FAMILIES
-from engine.backends.base import Backend
+from engine.backends.base import Backend, pass_positions
 from engine.errors import EngineError
 from engine.execution_plan import STORED, ExecutionPlan
 from engine.formats.gguf_blocks import BlockMatrix, BlockStack
@@ -66,26 +68,6 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-b, a), dim=-1)
 
 
-def tree_depths(parents: Sequence[int]) -> list[int]:
-    """Depth of each node (0 for children of the root); parents must precede children."""
-    depth: list[int] = []
-    for i, p in enumerate(parents):
-        if p >= i:
-            raise ValueError("token tree parents must come before their children")
-        depth.append(0 if p < 0 else depth[p] + 1)
-    return depth
-
-
-def tree_mask(parents: Sequence[int]) -> torch.Tensor:
-    """[T, T] bool: node i may attend to node j iff j is i or an ancestor of i."""
-    n = len(parents)
-    mask = torch.eye(n, dtype=torch.bool)
-    for i, p in enumerate(parents):
-        if p >= 0:
-            mask[i] |= mask[p]
-    return mask
-
-
 def _mapped(w: Weight) -> bool:
     parts = w.parts if isinstance(w, BlockStack) else [w]
     return all(isinstance(p, BlockMatrix) and p.mapped for p in parts)
@@ -99,10 +81,12 @@ class TorchLlama(Backend):
                  quant: str | None = None):
         """head_rows: keep only these rows of the output head (a draft model's reduced
         vocabulary); the logits of every other token are -inf. quant: "int8" or "int4"
-        weight-only matrices with bf16 activations (CPU only; engine/kernels.py), or "gguf":
-        a mapped GGUF's own blocks (engine/formats/gguf_blocks.py), which only the native
-        decoder computes."""
+        weight-only matrices with bf16 activations (CPU only; engine/kernels.py). A matrix
+        already in a mapped GGUF's blocks (the embedded draft shares its target's) stays so,
+        for the native decoder."""
         super().__init__()
+        if quant == "gguf":
+            raise EngineError("a mapped GGUF runs on the native backend (engine/backends/native_llama.py)")
         c: LlamaConfig = weights.config
         t = weights.tensors
         self.config = c
@@ -131,11 +115,10 @@ class TorchLlama(Backend):
         # called: a feature-conditioned draft (engine/drafters/feature_draft.py) reads them.
         self.features: torch.Tensor | None = None
 
-        # a mapped GGUF's vectors stay float32, as the file has them (only C reads them)
-        vector_dtype = torch.float32 if quant == "gguf" else self.dtype
-
         def cast(w: Weight) -> Weight:
-            return w if isinstance(w, QUANTIZED) else w.to(device=self.device, dtype=vector_dtype).contiguous()
+            if isinstance(w, QUANTIZED):
+                return w
+            return torch.as_tensor(w).to(device=self.device, dtype=self.dtype).contiguous()
 
         def matrix(w: Weight, lookup: bool = False) -> Weight:
             return cast(to_format(w, quant, self.dtype, lookup))
@@ -185,13 +168,14 @@ class TorchLlama(Backend):
         self.k_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
         self.v_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
         cos, sin = rope_tables(self.max_len, hd, c.rope_theta, c.rope_scaling)
-        self.cos = cos.to(device=self.device, dtype=self.dtype)
-        self.sin = sin.to(device=self.device, dtype=self.dtype)
+        self.cos = torch.from_numpy(cos).to(device=self.device, dtype=self.dtype)
+        self.sin = torch.from_numpy(sin).to(device=self.device, dtype=self.dtype)
         self.rotary_pairs = weights.rotary_pairs  # only the native decoder rotates pairs
         # The passes of a quantized model run in C where they can (engine/native/).
-        self.native = decoder_for(self) if quant else None
-        if self.native is None and (quant == "gguf" or self.rotary_pairs):
-            raise EngineError("a mapped GGUF needs the native decoder (a C compiler and an x86-64 CPU with AVX2)")
+        on_cpu = self.device.type == "cpu" and self.dtype == torch.bfloat16
+        self.native = decoder_for(self) if quant and on_cpu else None
+        if self.native is None and self.rotary_pairs:
+            raise EngineError("Q/K rows in llama.cpp's pair order need the native decoder")
 
     @property
     def weight_bytes(self) -> int:
@@ -231,13 +215,17 @@ class TorchLlama(Backend):
                 "copies": copies, "kv_cache": weight_nbytes(self.k_cache) + weight_nbytes(self.v_cache),
                 "scratch": scratch}
 
+    def set_threads(self, n: int) -> None:
+        """The thread count of passes the plan does not give one (torch's, which the native
+        decoder follows)."""
+        torch.set_num_threads(n)
+
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
-                logits: bool = True) -> torch.Tensor | None:
+                logits: bool = True) -> np.ndarray | None:
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
-        if isinstance(self.embed, BlockMatrix):  # the file's values, not rounded to bf16
-            return self.forward_hidden(self.embed.rows(ids), tokens, parents, logits)
-        return self.forward_hidden(self.embed_tokens(ids), tokens, parents, logits)
+        out = self.forward_hidden(self.embed_tokens(ids), tokens, parents, logits)
+        return None if out is None else out.cpu().numpy()
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """Input vectors in the model's dtype (what a feature draft concatenates them with)."""
@@ -248,8 +236,8 @@ class TorchLlama(Backend):
     @torch.inference_mode()
     def forward_hidden(self, x: torch.Tensor, tokens: Sequence[int],
                        parents: Sequence[int] | None = None, logits: bool = True) -> torch.Tensor | None:
-        """`forward` from input vectors x [n, hidden] instead of token embeddings; `tokens`
-        are what the cache records for them."""
+        """`forward` from input vectors x [n, hidden] instead of token embeddings, with torch
+        logits; `tokens` are what the cache records for them."""
         n, start = len(tokens), self.length
         if n == 0:
             raise ValueError("forward needs at least one token")
@@ -259,8 +247,9 @@ class TorchLlama(Backend):
             torch.set_num_threads(threads)
         kernel = self.plan.kernel_for(n, logits)
         if kernel == STORED and self.native is not None:  # returns the final normed states
-            pos, local = self._positions(start, n, parents)
+            pos, local = pass_positions(start, n, parents)
             x, out = self.native.forward(x, start, pos, local, logits, torch.get_num_threads())
+            x, out = torch.from_numpy(x), None if out is None else torch.from_numpy(out)
         else:
             x, out = self._layers(x, start, parents, len(self.layers), kernel), None
             if logits or self.features is not None:
@@ -286,8 +275,8 @@ class TorchLlama(Backend):
         self.drop_copy()
         dtype = compute_dtype(kernel, self.dtype)
         matrices = ("wqkv", "wo", "w_gate_up", "w_down")
-        size = (self.head.shape.numel() + sum(getattr(layer, m).shape.numel() for layer in self.layers
-                                              for m in matrices)) * dtype.itemsize
+        size = (math.prod(self.head.shape) + sum(math.prod(getattr(layer, m).shape) for layer in self.layers
+                                                 for m in matrices)) * dtype.itemsize
         if not allow_copy or size > min(3 * self.weight_bytes, available_memory() * self.copy_budget):
             return False
         self._copy_layers = [dataclasses.replace(layer, **{m: as_dtype(getattr(layer, m), dtype)
@@ -321,7 +310,7 @@ class TorchLlama(Backend):
         x = self.embed_tokens(torch.zeros(width, dtype=torch.long, device=self.device))
         started = time.perf_counter()
         if self.plan.prefill == STORED and self.native is not None:  # one call: all layers
-            pos, local = self._positions(self.length, width, None)
+            pos, local = pass_positions(self.length, width, None)
             self.native.forward(x, self.length, pos, local, False, torch.get_num_threads())
             return (time.perf_counter() - started) / width
         self._layers(x, self.length, None, layers, self.plan.prefill)
@@ -366,12 +355,9 @@ class TorchLlama(Backend):
         return x
 
     def _positions(self, start: int, n: int, parents: Sequence[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotary positions [n] of a pass's tokens and which of them each may attend to [n, n]
-        (a chain, or a token tree given by its parents)."""
-        if parents is None:
-            return (torch.arange(start, start + n, device=self.device),
-                    torch.ones(n, n, dtype=torch.bool, device=self.device).tril())
-        return start + torch.tensor(tree_depths(parents), device=self.device), tree_mask(parents).to(self.device)
+        """pass_positions as tensors on the model's device."""
+        pos, local = pass_positions(start, n, parents)
+        return torch.from_numpy(pos).to(self.device), torch.from_numpy(local).to(self.device)
 
     def _mlp_hidden(self, h: torch.Tensor, layer: _Layer, dequantize: bool) -> torch.Tensor:
         if self.family.mlp == "gelu":
@@ -398,7 +384,7 @@ class TorchLlama(Backend):
     def head_logits(self, features: torch.Tensor, kernel: str = STORED) -> torch.Tensor:
         """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""
         if kernel == STORED and self.native is not None:
-            out = self.native.head_logits(features, self.head)
+            out = torch.from_numpy(self.native.head_logits(features, self.head))
         elif kernel == self.copy_kernel:
             out = linear(features.to(self._copy_head.dtype), self._copy_head).float()
         elif isinstance(self.head, Int8Weight):

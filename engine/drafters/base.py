@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-import torch
+import numpy as np
 
 from engine.backends.base import Backend
 from engine.api import Sampling
@@ -41,11 +41,11 @@ class Draft:
 
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
-    probs: torch.Tensor | None = None
+    probs: np.ndarray | None = None
     info: list[NodeInfo] = field(default_factory=list)
 
     @classmethod
-    def chain(cls, tokens: Sequence[int], probs: torch.Tensor | None = None,
+    def chain(cls, tokens: Sequence[int], probs: np.ndarray | None = None,
               info: Sequence[NodeInfo] = ()) -> Draft:
         return cls(list(tokens), list(range(-1, len(tokens) - 1)), probs, list(info))
 
@@ -89,7 +89,7 @@ class Draft:
 
 class Drafter(Protocol):
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
-                generator: torch.Generator) -> Draft:
+                generator: np.random.Generator) -> Draft:
         """Up to `k` tokens deep that may follow `context` (prompt + output so far)."""
         ...
 
@@ -106,7 +106,7 @@ class ModelDrafter(Protocol):
     reads_prefix: bool  # does `propose` read lookup's path (`prefix`) first?
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
-                generator: torch.Generator, prefix: Sequence[int] = ()) -> Draft:
+                generator: np.random.Generator, prefix: Sequence[int] = ()) -> Draft:
         """A chain (sampling) or a tree (greedy) up to `k` deep; `info` scores each node by
         the model's probability of it given its parent. Greedy, it may first read `prefix`
         (lookup's likeliest path) and score it; where it parts from that path its own chain

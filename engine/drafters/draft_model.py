@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
+import numpy as np
 
 from engine.api import Sampling
 from engine.backends.base import Backend, common_prefix
@@ -51,7 +51,7 @@ class DraftModel:
     def behind(self, context: Sequence[int]) -> int:
         return len(context) - common_prefix(self.backend.tokens, context[:-1])
 
-    def _read(self, context: Sequence[int], prefix: Sequence[int]) -> torch.Tensor:
+    def _read(self, context: Sequence[int], prefix: Sequence[int]) -> np.ndarray:
         """Drop the cache past the common prefix and read the rest, then `prefix`: the logits
         after context[-1] and after each prefix token (len(prefix) + 1 rows)."""
         common = common_prefix(self.backend.tokens, context[:-1])
@@ -63,7 +63,7 @@ class DraftModel:
         return self.backend.forward(rest + list(prefix))[len(rest) - 1:]
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
-                generator: torch.Generator, prefix: Sequence[int] = ()) -> Draft:
+                generator: np.random.Generator, prefix: Sequence[int] = ()) -> Draft:
         tree = ModelTree(self.min_path_prob, self.sibling_min_prob)
         prefix = list(prefix)[:k - 1] if sampling.greedy else []
         rows = self._read(context, prefix)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from engine.api import Sampling
-from engine.backends.base import PREFILL_CHUNK, common_prefix
+from engine.backends.base import PREFILL_CHUNK, Backend, common_prefix
 from engine.backends.torch_llama import TorchLlama
 from engine.draft_length import PassCosts
 from engine.drafters.base import Draft
@@ -29,7 +30,7 @@ from engine.drafters.model_tree import ModelTree
 class FeatureDraft:
     reads_prefix = False  # past the context there are no target features to read
 
-    def __init__(self, target: TorchLlama, backend: TorchLlama, fc: torch.Tensor, fc_bias: torch.Tensor,
+    def __init__(self, target: Backend, backend: TorchLlama, fc: torch.Tensor, fc_bias: torch.Tensor,
                  min_path_prob: float = 0.2, siblings: int = 2, sibling_levels: int = 2,
                  sibling_min_prob: float = 0.1):
         target.record_features()
@@ -66,12 +67,14 @@ class FeatureDraft:
         return self.backend.forward_hidden(self._input(ids[1:], self.target.features[:len(ids) - 1]), ids[1:])
 
     def _input(self, tokens: Sequence[int], features: torch.Tensor) -> torch.Tensor:
-        """fc([e(next tokens); features]) for positions whose next tokens are `tokens`."""
+        """fc([e(next tokens); features]) for positions whose next tokens are `tokens`. The
+        target's vectors (numpy on the native backend) are read in the draft's dtype."""
         ids = torch.tensor(tokens, dtype=torch.long, device=self.backend.device)
-        return F.linear(torch.cat([self.target.embed_tokens(ids), features], -1), self.fc, self.fc_bias)
+        vectors = [torch.as_tensor(v).to(self.fc.dtype) for v in (self.target.embed_tokens(ids), features)]
+        return F.linear(torch.cat(vectors, -1), self.fc, self.fc_bias)
 
     @torch.inference_mode()
-    def catch_up(self, context: Sequence[int]) -> torch.Tensor:
+    def catch_up(self, context: Sequence[int]) -> np.ndarray:
         """Bring the draft's cache to the target's (which holds context[:-1]); return the logits of
         its last position: the draft's guess at the token after context[-1]. Drafting calls it
         first; `prefill` calls it ahead, out of the timed path."""
@@ -83,7 +86,7 @@ class FeatureDraft:
             x = self._input(context[i + 1:j + 1], self.target.features[i:j])
             self.backend.forward_hidden(x, context[i + 1:j + 1], logits=False)
         self._inputs = list(context[:end + 1])
-        return self.backend.head_logits(self.backend.features[end - 1:end])[0]
+        return self.backend.head_logits(self.backend.features[end - 1:end])[0].numpy()
 
     def prefill(self, context: Sequence[int]) -> None:
         """Read the target's features for `context` (whose cache holds context[:-1]) now."""
@@ -91,7 +94,7 @@ class FeatureDraft:
             self.catch_up(context)
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
-                generator: torch.Generator, prefix: Sequence[int] = ()) -> Draft:
+                generator: np.random.Generator, prefix: Sequence[int] = ()) -> Draft:
         """A chain of up to k tokens. Greedy drafts are a tree: the chain follows the draft's
         top token while its path probability stays above `min_path_prob`; on the first
         `sibling_levels` levels the next most likely tokens (path probability at least
@@ -108,5 +111,5 @@ class FeatureDraft:
                 break
             if level + 1 < k:
                 feature = self.backend.features[self.backend.length - 1:self.backend.length]
-                logits = self.backend.forward_hidden(self._input([token], feature), [token])[-1]
+                logits = self.backend.forward_hidden(self._input([token], feature), [token])[-1].numpy()
         return tree.finish()

@@ -22,7 +22,7 @@ from bisect import insort
 from collections.abc import Sequence
 from operator import neg
 
-import torch
+import numpy as np
 
 from engine.api import Sampling
 from engine.draft_length import Acceptance, PassCosts, best_prefix, chain_length
@@ -55,7 +55,7 @@ class Hybrid:
         self.draft_time_ratio = 1.0
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
-                generator: torch.Generator) -> Draft:
+                generator: np.random.Generator) -> Draft:
         self._model_chain = []
         tree = TokenTree()
         if self.lookup is not None:
@@ -143,7 +143,7 @@ class Hybrid:
             where.append(tree.add(above, token, chance, info))
 
     def _chain(self, tree: TokenTree, context: Sequence[int], k: int, sampling: Sampling,
-               generator: torch.Generator) -> Draft:
+               generator: np.random.Generator) -> Draft:
         """For rejection sampling: lookup's most likely path, or the model's sampled chain."""
         chain = tree.best_path()
         chances = [tree.nodes[i].chance for i in chain]

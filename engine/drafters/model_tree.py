@@ -11,19 +11,19 @@ stays a leaf and the model's own chain goes on from there.
 """
 from __future__ import annotations
 
-import torch
+import numpy as np
 
 from engine.api import Sampling
 from engine.draft_length import model_bucket
 from engine.drafters.base import Draft, NodeInfo
-from engine.sampling import draw, probabilities
+from engine.sampling import draw, probabilities, softmax
 
 
 class ModelTree:
     def __init__(self, min_path_prob: float, sibling_min_prob: float):
         self.min_path_prob, self.sibling_min_prob = min_path_prob, sibling_min_prob
         self.draft = Draft()
-        self._dists: list[torch.Tensor] = []
+        self._dists: list[np.ndarray] = []
         self._parent, self._path = -1, 1.0
         self._nodes: dict[tuple[int, int], int] = {}  # (parent, token) -> node: no twins
 
@@ -36,12 +36,15 @@ class ModelTree:
             self.draft.info.append(NodeInfo("model", model_bucket(p), p, top))
         return node
 
-    def step(self, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator,
+    def step(self, logits: np.ndarray, sampling: Sampling, generator: np.random.Generator,
              siblings: int) -> int | None:
         """Add the next level from the model's logits; returns the chain's new token, or None
         where greedy drafting stops (the path became too unlikely)."""
         if sampling.greedy:
-            top_p, top = torch.softmax(logits, -1).topk(1 + siblings)
+            probs = softmax(logits)
+            top = np.argpartition(probs, -1 - siblings)[-1 - siblings:]
+            top = top[np.argsort(-probs[top], kind="stable")]
+            top_p = probs[top]
             token, p = int(top[0]), float(top_p[0])
             if self._path * p < self.min_path_prob:
                 return None
@@ -58,12 +61,12 @@ class ModelTree:
         self._parent, self._path = node, self._path * p
         return token
 
-    def follow(self, logits: torch.Tensor, token: int) -> bool:
+    def follow(self, logits: np.ndarray, token: int) -> bool:
         """Add a given token (lookup's, which the model read) at the next level with the
         model's probability of it. Where it is the model's own first choice the chain goes on
         through it (True); otherwise it stays a leaf, and the caller goes on with `step` from
         the same logits (False)."""
-        probs = torch.softmax(logits, -1)
+        probs = softmax(logits)
         p = float(probs[token])
         agrees = int(probs.argmax()) == token
         node = self._add(token, p, top=agrees)
@@ -72,5 +75,5 @@ class ModelTree:
         return agrees
 
     def finish(self) -> Draft:
-        self.draft.probs = torch.stack(self._dists) if self._dists else None
+        self.draft.probs = np.stack(self._dists) if self._dists else None
         return self.draft

@@ -2,14 +2,15 @@
 
 The native decoder (engine/native/) multiplies these blocks directly, so a model is ready as
 soon as its file is mapped, and its weights take the file's bytes, shared with the page cache.
-Rows are only read (dequantized) here for embedding lookups and for tests.
+Rows are only read (dequantized) here for tests; the decoder reads its embedding rows itself.
+numpy only: this path never imports torch.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 # ggml types the native decoder multiplies in place (gguf.GGMLQuantizationType values)
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 3, 6, 7, 8, 12, 13, 14, 30
@@ -26,8 +27,8 @@ class BlockMatrix:
     mapped: bool = True  # False for a copy of chosen rows
 
     @property
-    def shape(self) -> torch.Size:
-        return torch.Size((self.data.shape[0], self.cols))
+    def shape(self) -> tuple[int, int]:
+        return (self.data.shape[0], self.cols)
 
     @property
     def nbytes(self) -> int:
@@ -38,26 +39,21 @@ class BlockMatrix:
         """Stacked by rows, each part in its own type (a Q4_K_M file's Q/K/V may mix Q4_K and Q6_K)."""
         return BlockStack(parts)
 
-    def select(self, rows: torch.Tensor) -> BlockMatrix:
-        return BlockMatrix(self.ggml_type, np.ascontiguousarray(self.data[rows.cpu().numpy()]), self.cols, mapped=False)
+    def select(self, rows: Sequence[int] | np.ndarray) -> BlockMatrix:
+        """A copy of these rows (a CPU torch tensor of indices is read as an array)."""
+        return BlockMatrix(self.ggml_type, np.ascontiguousarray(self.data[np.asarray(rows)]), self.cols, mapped=False)
 
     def prefix(self, rows: int) -> BlockMatrix:
         return BlockMatrix(self.ggml_type, self.data[:rows], self.cols, self.mapped)  # a view
 
-    def rows(self, ids: torch.Tensor | slice) -> torch.Tensor:
+    def rows(self, ids: Sequence[int] | slice) -> np.ndarray:
         """float32 rows, dequantized by gguf-py (ggml's reference formulas)."""
         from gguf import GGMLQuantizationType
         from gguf.quants import dequantize
 
-        picked = self.data[ids.cpu().numpy() if isinstance(ids, torch.Tensor) else ids]
+        picked = self.data[ids if isinstance(ids, slice) else np.asarray(ids)]
         values = dequantize(picked, GGMLQuantizationType(self.ggml_type))
-        return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).reshape(-1, self.cols)
-
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.rows(ids)
-
-    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
-        return self.rows(slice(None)).to(dtype)
+        return np.ascontiguousarray(values, dtype=np.float32).reshape(-1, self.cols)
 
 
 @dataclass
@@ -66,12 +62,9 @@ class BlockStack:
     parts: list[BlockMatrix]
 
     @property
-    def shape(self) -> torch.Size:
-        return torch.Size((sum(p.shape[0] for p in self.parts), self.parts[0].cols))
+    def shape(self) -> tuple[int, int]:
+        return (sum(p.shape[0] for p in self.parts), self.parts[0].cols)
 
     @property
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.parts)
-
-    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
-        return torch.cat([p.dequantize(dtype) for p in self.parts])

@@ -9,6 +9,9 @@ engine.native`) or else at first use, and kept in the user's cache directory, ke
 honoured; `DRAFTLINE_NATIVE=0` turns the decoder off, `DRAFTLINE_AMX=0` its AMX route. Without a compiler, on a CPU without AVX2
 and FMA, or after a failed build (remembered under the same key, so it is not retried at every
 start), `load_library` returns None and the torch code runs every pass.
+
+numpy only (the arrays a torch backend passes in are read through their `data_ptr`): a model
+that runs here starts without importing torch.
 """
 from __future__ import annotations
 
@@ -26,10 +29,8 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from engine.formats.gguf_blocks import BlockMatrix, BlockStack
-from engine.kernels import Int4Weight, Int8Weight, Weight
 from engine.rope import rope_tables
 from engine.user_cache import cache_dir, machine_key, write_atomically
 from engine.weights import LlamaConfig
@@ -211,62 +212,78 @@ class _Model(ctypes.Structure):
                 ("sin", ctypes.c_void_p)]
 
 
-def _pointer(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
+def _pointer(t) -> int | None:
+    """The address of a numpy array's or a torch tensor's first element."""
+    if t is None:
+        return None
+    return t.ctypes.data if isinstance(t, np.ndarray) else t.data_ptr()
 
 
-def _part(w: Weight) -> _Part:
+def _contiguous(t) -> bool:
+    return t.flags.c_contiguous if isinstance(t, np.ndarray) else t.is_contiguous()
+
+
+def _part(w) -> _Part:
     """The C description of one matrix (its memory stays the model's)."""
     if isinstance(w, BlockMatrix):
         return _Part(w.ggml_type, w.shape[0], w.data.strides[0], w.data.ctypes.data, None, None)
-    if isinstance(w, Int4Weight):
-        return _Part(_INT4, w.shape[0], w.shape[1] // 2, w.q.data_ptr(), w.scale.data_ptr(), w.zero.data_ptr())
-    return _Part(_INT8, w.shape[0], w.shape[1], w.q.data_ptr(), w.scale.data_ptr(), None)
+    if w.format == "int4":
+        return _Part(_INT4, w.shape[0], w.shape[1] // 2, _pointer(w.q), _pointer(w.scale), _pointer(w.zero))
+    return _Part(_INT8, w.shape[0], w.shape[1], _pointer(w.q), _pointer(w.scale), None)
 
 
 def _parts(w: object) -> list | None:
     """The parts of a matrix the C code reads as it is, or None: GGUF blocks (stacked or not),
-    int4 with its plain layout, or int8, row-major, in whole 32-column blocks."""
+    int4 with its plain layout, or int8 (engine/kernels.py), row-major, in whole 32-column blocks."""
     if isinstance(w, BlockStack):
         return w.parts if len(w.parts) <= _MAX_PARTS and w.shape[1] % 32 == 0 else None
     if isinstance(w, BlockMatrix):
         return [w] if w.shape[1] % 32 == 0 and w.data.strides[1] == 1 else None
-    if isinstance(w, Int4Weight):
-        usable = w.q is not None and all(t.is_contiguous() for t in (w.q, w.scale, w.zero))
+    kind = getattr(w, "format", None)
+    if kind == "int4":
+        usable = w.q is not None and all(_contiguous(t) for t in (w.q, w.scale, w.zero))
         return [w] if usable else None
-    if isinstance(w, Int8Weight):
-        return [w] if w.q.is_contiguous() and w.scale.is_contiguous() and w.shape[1] % 32 == 0 else None
+    if kind == "int8":
+        return [w] if _contiguous(w.q) and _contiguous(w.scale) and w.shape[1] % 32 == 0 else None
     return None
 
 
-def c_matrix(w: Weight) -> _Matrix:
+def c_matrix(w) -> _Matrix:
     parts = _parts(w)
     return _Matrix(w.shape[0], w.shape[1], len(parts), (_Part * _MAX_PARTS)(*[_part(p) for p in parts]))
 
 
-def product(lib: ctypes.CDLL, w: Weight, x: torch.Tensor) -> torch.Tensor:
+def _floats(x) -> np.ndarray:
+    """float32 rows as a C-contiguous numpy array (a CPU torch tensor is read as one)."""
+    if not isinstance(x, np.ndarray):
+        x = x.detach().float().cpu().numpy()
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def product(lib: ctypes.CDLL, w, x) -> np.ndarray:
     """x @ w.T in float32 as the decoder computes it (each token's row quantized on its own),
     on one thread: an output head outside a pass, and the tests' view of each format."""
-    x = x.to(torch.float32).contiguous()
-    out = torch.empty(len(x), w.shape[0])
+    x = _floats(x)
+    out = np.empty((len(x), w.shape[0]), dtype=np.float32)
     matrix = c_matrix(w)
-    if lib.draftline_matmul(ctypes.byref(matrix), len(x), x.data_ptr(), out.data_ptr()):
+    if lib.draftline_matmul(ctypes.byref(matrix), len(x), x.ctypes.data, out.ctypes.data):
         raise MemoryError("native decoder: out of memory")
     return out
 
 
-def rows(lib: ctypes.CDLL, w: Weight, ids: list[int]) -> torch.Tensor:
+def rows(lib: ctypes.CDLL, w, ids) -> np.ndarray:
     """Rows of a matrix as float32, as the products see its weights."""
-    out = torch.empty(len(ids), w.shape[1])
-    index = np.asarray(ids, dtype=np.int64)
+    index = np.ascontiguousarray(np.asarray(ids), dtype=np.int64).reshape(-1)
+    out = np.empty((len(index), w.shape[1]), dtype=np.float32)
     matrix = c_matrix(w)
-    lib.draftline_rows(ctypes.byref(matrix), index.ctypes.data, len(ids), out.data_ptr())
+    lib.draftline_rows(ctypes.byref(matrix), index.ctypes.data, len(index), out.ctypes.data)
     return out
 
 
 class NativeDecoder:
-    """Runs the passes of one TorchLlama (engine/backends/torch_llama.py) in C, on the weights
-    and KV cache the model owns; it keeps float32 copies of the vectors and rotary tables."""
+    """Runs the passes of one model in C (engine/backends/native_llama.py, or a quantized
+    TorchLlama), on the weights and bf16 KV cache the model owns; it keeps float32 copies of
+    the vectors and rotary tables."""
 
     def __init__(self, lib: ctypes.CDLL, model) -> None:
         c = model.config
@@ -274,7 +291,7 @@ class NativeDecoder:
         self.build = Path(lib._name).stem  # the library's key: its sources, compiler and CPU
         # float32 tables, not the model's (bf16 for the torch kernels)
         self.cos, self.sin = rope_tables(model.max_len, c.dim_per_head, c.rope_theta, c.rope_scaling)
-        self._vectors: list[torch.Tensor] = []  # float32 norms and biases, kept alive here
+        self._vectors: list[np.ndarray] = []  # float32 norms and biases, kept alive here
         self._layers = (_Layer * len(model.layers))(*[
             _Layer(self._vector(layer.attn_norm), self._vector(layer.ffn_norm), self._vector(layer.bqkv),
                    *(c_matrix(getattr(layer, m)) for m in ("wqkv", "wo", "w_gate_up", "w_down")))
@@ -282,28 +299,26 @@ class NativeDecoder:
         self._struct = _Model(c.n_layers, c.hidden_size, c.n_heads, c.n_kv_heads, c.dim_per_head,
                               model.layers[0].w_down.shape[1], model.max_len, int(model.rotary_pairs), c.rms_eps,
                               self._layers, self._vector(model.norm), c_matrix(model.head),
-                              model.k_cache.data_ptr(), model.v_cache.data_ptr(), self.cos.data_ptr(),
-                              self.sin.data_ptr())
+                              _pointer(model.k_cache), _pointer(model.v_cache), _pointer(self.cos),
+                              _pointer(self.sin))
         self.scratch_bytes = 0  # the largest pass's so far
         mlp = self._layers[0].w_gate_up  # most of a pass's weights
         self._tiled = all(mlp.parts[i].format in _K_QUANTS for i in range(mlp.n_parts))
 
-    def _vector(self, t: torch.Tensor | None) -> int | None:
+    def _vector(self, t) -> int | None:
         if t is None:
             return None
-        self._vectors.append(t.float().contiguous())
-        return self._vectors[-1].data_ptr()
+        self._vectors.append(_floats(t))
+        return self._vectors[-1].ctypes.data
 
     @property
     def own_bytes(self) -> int:
         """What it keeps besides the model's tensors: rotary tables and float32 vectors."""
-        return sum(t.numel() * 4 for t in [self.cos, self.sin] + self._vectors)
+        return sum(t.nbytes for t in [self.cos, self.sin] + self._vectors)
 
     @staticmethod
     def supports(model) -> bool:
-        """Whether decoder.c computes this model (`computes`) on its matrices as they are; CPU."""
-        if model.device.type != "cpu" or model.dtype != torch.bfloat16:
-            return False
+        """Whether decoder.c computes this model (`computes`) on its matrices as they are."""
         names = {name for layer in model.layers for name, w in vars(layer).items() if w is not None}
         names = {"wq" if n == "wqkv" else "w_up" if n == "w_gate_up" else "bq" if n == "bqkv" else n for n in names}
         if not computes(model.config, names):
@@ -318,25 +333,29 @@ class NativeDecoder:
         K-quants)."""
         return self.lib.draftline_tiles_from() if self._tiled else 0
 
-    def set_head(self, head: Weight) -> None:
+    def set_head(self, head) -> None:
         self._struct.head = c_matrix(head)
 
-    def head_logits(self, features: torch.Tensor, head: Weight) -> torch.Tensor:
+    def head_logits(self, features, head) -> np.ndarray:
         return product(self.lib, head, features)
 
-    def forward(self, x: torch.Tensor, start: int, positions: torch.Tensor, local: torch.Tensor,
-                logits: bool, threads: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def embed(self, embedding, ids) -> np.ndarray:
+        """float32 input vectors [n, hidden]: rows of the embedding, as the products see it."""
+        return rows(self.lib, embedding, ids)
+
+    def forward(self, x, start: int, positions: np.ndarray, local: np.ndarray,
+                logits: bool, threads: int) -> tuple[np.ndarray, np.ndarray | None]:
         """x [n, hidden] at cache positions start..start+n (rotary `positions`; `local` [n, n]
         bool: which new tokens each may attend to). Returns the final normed hidden states
         (float32) and float32 logits [n, head rows] (None unless `logits`)."""
         n = len(x)
-        x = x.to(torch.float32, copy=True)  # the C code writes the normed states into it
-        pos = positions.to(torch.int32).contiguous()
-        mask = local.to(torch.uint8).contiguous()
-        out = torch.empty(n, self._struct.head.rows) if logits else None
+        x = np.array(_floats(x), copy=True)  # the C code writes the normed states into it
+        pos = np.ascontiguousarray(positions, dtype=np.int32)
+        mask = np.ascontiguousarray(local, dtype=np.uint8)
+        out = np.empty((n, self._struct.head.rows), dtype=np.float32) if logits else None
         model = ctypes.byref(self._struct)
         self.scratch_bytes = max(self.scratch_bytes, self.lib.draftline_scratch_bytes(model, n, start, threads))
-        if self.lib.draftline_forward(model, n, start, pos.data_ptr(), mask.data_ptr(), x.data_ptr(),
+        if self.lib.draftline_forward(model, n, start, pos.ctypes.data, mask.ctypes.data, x.ctypes.data,
                                       _pointer(out), threads):
             raise MemoryError("native decoder: out of memory")
         return x, out

@@ -158,10 +158,10 @@ def run(args: argparse.Namespace) -> int:
         contenders: list[Contender] = [EngineMode(engine, m) for m in modes if m not in PEER_MODES]
         peers = [m for m in modes if m in PEER_MODES]
         if peers and tasks:
-            from engine.models import DTYPES
+            from engine.models import torch_dtype
 
             contenders += load_peers(peers, model_path, Path(args.draft) if args.draft else None,
-                                     DTYPES[described["dtype"]], frozenset(engine.tokenizer.eos_ids),
+                                     torch_dtype(described["dtype"]), frozenset(engine.tokenizer.eos_ids),
                                      engine.tokenizer.decode)
     except EngineError as exc:
         raise _fail(str(exc)) from None

@@ -9,6 +9,7 @@ timed too).
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,17 +94,16 @@ def _hf_peer(model, eos_ids: frozenset[int], decode: Decode, **generate_args) ->
 
 
 def _fastest_llama(path: Path):
-    """llama.cpp with the thread count that decodes fastest here (one, or every core torch
-    may use), timed at load: on a small CPU with OMP_WAIT_POLICY=PASSIVE (which the Makefile
+    """llama.cpp with the thread count that decodes fastest here (one, or every core this
+    process may use), timed at load: on a small CPU with OMP_WAIT_POLICY=PASSIVE (which the Makefile
     sets for torch) two threads took 34 ms per token and one 14 ms, so a fixed choice would
     handicap the peer. Each count gets its best of 3 rounds of 8 tokens after a 64-token
     prompt: one round on a noisy machine once picked the slower count (6-7 tokens/s against
     12, measured side by side)."""
-    import torch
     from llama_cpp import Llama
 
     best = None
-    for threads in sorted({1, torch.get_num_threads()}):
+    for threads in sorted({1, len(os.sched_getaffinity(0))}):
         llm = Llama(model_path=str(path), n_ctx=4096, n_threads=threads, verbose=False)
         llm.eval([llm.token_bos()] * 64)
         rounds = []

@@ -1,0 +1,161 @@
+"""A mapped GGUF computed by the native decoder (engine/native/), with no torch at all.
+
+The weights are the file's own blocks where it is mapped (engine/formats/gguf_mapped.py), the KV
+cache is bf16 in numpy arrays, and every pass (prefill, decoding, verification of a chain or a
+token tree) is one C call. Nothing here imports torch, so a model that runs this way starts
+1.2-1.5 s sooner than through the torch backend (engine/backends/torch_llama.py), which runs
+everything else: Hugging Face folders, GPUs, and machines where the decoder does not build.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.backends.base import Backend, pass_positions
+from engine.errors import EngineError
+from engine.execution_plan import ExecutionPlan
+from engine.formats.gguf_blocks import BlockMatrix, BlockStack
+from engine.native import NativeDecoder, load_library
+from engine.weights import LoadedWeights
+
+
+@dataclass
+class _Layer:
+    """One layer as decoder.c reads it (native.py's _Layer mirrors the C struct)."""
+    attn_norm: np.ndarray
+    ffn_norm: np.ndarray
+    bqkv: np.ndarray | None
+    wqkv: BlockStack
+    wo: BlockMatrix
+    w_gate_up: BlockStack
+    w_down: BlockMatrix
+
+
+class NativeLlama(Backend):
+    supports_tree = True
+    quant = "gguf"  # the weights format, as `--dtype` names it
+
+    def __init__(self, weights: LoadedWeights, max_len: int = 4096):
+        """Raises EngineError where the decoder does not compute this model or cannot run here
+        (engine/formats/gguf_mapped.py `runs_mapped` says so beforehand)."""
+        super().__init__()
+        c = self.config = weights.config
+        t = weights.tensors
+        self.vocab_size = c.vocab_size
+        # Within a sliding window every position sees all earlier ones, so capping the context
+        # at the window computes exactly what the windowed model does.
+        self.max_len = min(max_len, c.max_position, c.sliding_window or max_len)
+        self.plan = ExecutionPlan()  # threads by pass width, filled in by calibration
+        self.threads = len(os.sched_getaffinity(0))  # where the plan does not say
+        self.embed = t["embed"]
+        self.head = self.embed if c.tie_embeddings else t["lm_head"]
+        self.norm = t["norm"]
+
+        def biases(p: str) -> np.ndarray | None:
+            parts = [t.get(p + b) for b in ("bq", "bk", "bv")]
+            return np.concatenate(parts) if all(b is not None for b in parts) else None
+
+        self.layers = [_Layer(t[f"layers.{i}.attn_norm"], t[f"layers.{i}.ffn_norm"], biases(f"layers.{i}."),
+                              BlockMatrix.cat([t[f"layers.{i}.{m}"] for m in ("wq", "wk", "wv")]),
+                              t[f"layers.{i}.wo"],
+                              BlockMatrix.cat([t[f"layers.{i}.w_gate"], t[f"layers.{i}.w_up"]]),
+                              t[f"layers.{i}.w_down"])
+                       for i in range(c.n_layers)]
+        shape = (c.n_layers, c.n_kv_heads, self.max_len, c.dim_per_head)
+        # bf16 bits; empty, not zeros: only positions written are read, and untouched pages cost
+        # no memory
+        self.k_cache = np.empty(shape, dtype=np.uint16)
+        self.v_cache = np.empty(shape, dtype=np.uint16)
+        self.rotary_pairs = weights.rotary_pairs
+        # The final normed hidden state of every cached position, once `record_features` is
+        # called: a feature-conditioned draft (engine/drafters/feature_draft.py) reads them.
+        self.features: np.ndarray | None = None
+        lib = load_library()
+        if lib is None or not NativeDecoder.supports(self):
+            raise EngineError(f"{weights.source}: the native decoder cannot compute this model here")
+        self.native = NativeDecoder(lib, self)
+
+    def set_threads(self, n: int) -> None:
+        """The thread count of passes the plan does not give one."""
+        self.threads = n
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes read from memory per pass (for the achieved-bandwidth figure): the head (the
+        embedding itself where tied) and every layer; an untied embedding is only looked up."""
+        return sum(w.nbytes for w in self._read_every_pass())
+
+    def _read_every_pass(self) -> list:
+        return [self.head, self.norm] + [w for layer in self.layers for w in vars(layer).values() if w is not None]
+
+    def memory(self, counted: set[int] | None = None) -> dict[str, int]:
+        """Bytes by use, as TorchLlama.memory: the file's pages (weights_mapped), copies of
+        chosen rows (weights_held), the KV cache and scratch."""
+        counted = set() if counted is None else counted
+        tensors = {id(w): w for w in [self.embed] + self._read_every_pass() if id(w) not in counted}
+        counted.update(tensors)
+        blocks = [p for w in tensors.values() for p in (w.parts if isinstance(w, BlockStack) else [w])
+                  if isinstance(p, BlockMatrix)]
+        vectors = sum(w.nbytes for w in tensors.values() if isinstance(w, np.ndarray))
+        scratch = self.native.own_bytes + self.native.scratch_bytes + vectors
+        scratch += 0 if self.features is None else self.features.nbytes
+        return {"weights_mapped": sum(p.nbytes for p in blocks if p.mapped),
+                "weights_held": sum(p.nbytes for p in blocks if not p.mapped),
+                "copies": 0, "kv_cache": self.k_cache.nbytes + self.v_cache.nbytes, "scratch": scratch}
+
+    def record_features(self) -> None:
+        """Keep the final normed hidden state (float32) of each cached position in `features`."""
+        if self.features is None:
+            self.features = np.zeros((self.max_len, self.config.hidden_size), dtype=np.float32)
+
+    def embed_tokens(self, ids: Sequence[int]) -> np.ndarray:
+        """float32 input vectors [n, hidden] (what a feature draft concatenates them with)."""
+        return self.native.embed(self.embed, ids)
+
+    def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
+                logits: bool = True) -> np.ndarray | None:
+        n, start = len(tokens), self.length
+        if n == 0:
+            raise ValueError("forward needs at least one token")
+        if start + n > self.max_len:
+            raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
+        pos, local = pass_positions(start, n, parents)
+        threads = self.plan.threads_for(n) or self.threads
+        x, out = self.native.forward(self.embed_tokens(tokens), start, pos, local, logits, threads)
+        self.tokens.extend(tokens)
+        if self.features is not None:
+            self.features[start:start + n] = x
+        if not logits:
+            return None
+        missing = self.vocab_size - out.shape[-1]  # rows dropped by limit_vocab
+        return np.pad(out, ((0, 0), (0, missing)), constant_values=-np.inf) if missing else out
+
+    def limit_vocab(self, real: int, width: int | None = None) -> None:
+        """Tokens from `real` on (rows that pad the embedding past the tokenizer) get -inf
+        logits, so they are never chosen; logits are `width` wide (default: unchanged), so a
+        draft's logits line up with a target whose embedding is padded differently."""
+        width = width or self.vocab_size
+        keep = min(real, width)
+        if keep < self.head.shape[0]:  # keep a prefix of the rows: a view, not a copy
+            self.head = self.head.prefix(keep)
+            self.native.set_head(self.head)
+        self.vocab_size = width
+
+    def head_logits(self, features: np.ndarray) -> np.ndarray:
+        """float32 logits [n, head rows] from final normed hidden states [n, hidden]."""
+        return self.native.head_logits(features, self.head)
+
+    def truncate(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def _compact(self, start: int, offsets: Sequence[int]) -> None:
+        idx = np.asarray([start + o for o in offsets])
+        end = start + len(offsets)
+        self.k_cache[:, :, start:end] = self.k_cache[:, :, idx]
+        self.v_cache[:, :, start:end] = self.v_cache[:, :, idx]
+        if self.features is not None:
+            self.features[start:end] = self.features[idx]
+        self.tokens[start:] = [self.tokens[start + o] for o in offsets]
