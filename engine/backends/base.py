@@ -122,6 +122,28 @@ def pass_positions(start: int, n: int, parents: Sequence[int] | None) -> tuple[n
     return start + np.asarray(tree_depths(parents), dtype=np.int64), local
 
 
+class ArrayCache(Backend):
+    """A backend whose KV cache is two arrays [layers, kv heads, positions, head dim] (numpy or
+    torch) and that may record each position's final hidden state (`features`, or None):
+    rolling back is forgetting tokens, keeping a tree path is moving its rows together."""
+
+    k_cache: np.ndarray
+    v_cache: np.ndarray
+    features: np.ndarray | None
+
+    def truncate(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def _compact(self, start: int, offsets: Sequence[int]) -> None:
+        idx = [start + o for o in offsets]  # a list indexes numpy arrays and torch tensors alike
+        end = start + len(offsets)
+        self.k_cache[:, :, start:end] = self.k_cache[:, :, idx]
+        self.v_cache[:, :, start:end] = self.v_cache[:, :, idx]
+        if self.features is not None:
+            self.features[start:end] = self.features[idx]
+        self.tokens[start:] = [self.tokens[start + o] for o in offsets]
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """The length of the longest common prefix of two token sequences, compared in slices at
     C speed rather than token by token (drafting compares a 4k-token context every step)."""
@@ -148,5 +170,5 @@ def prefill_chunk_for(tokens_per_s: float) -> int:
     groups of MEASURED_CHUNK (the AMX route multiplies 16 tokens per tile: a 29-token chunk
     pays for 32), 16 at the least (a 1.5B model on two cores prefills 60-120 tokens/s; at
     29-token chunks 70-95, at 48 85-110), PREFILL_CHUNK at the most."""
-    tokens = int(tokens_per_s * CANCEL_WAIT_S) // MEASURED_CHUNK * MEASURED_CHUNK
-    return max(MEASURED_CHUNK, min(PREFILL_CHUNK, tokens))
+    tokens = int(min(tokens_per_s * CANCEL_WAIT_S, PREFILL_CHUNK)) // MEASURED_CHUNK * MEASURED_CHUNK
+    return max(MEASURED_CHUNK, tokens)

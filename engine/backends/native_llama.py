@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backends.base import Backend, pass_positions
+from engine.backends.base import ArrayCache, pass_positions
 from engine.errors import EngineError
 from engine.execution_plan import ExecutionPlan
 from engine.formats.gguf_blocks import BlockMatrix, BlockStack
@@ -34,7 +34,7 @@ class _Layer:
     w_down: BlockMatrix
 
 
-class NativeLlama(Backend):
+class NativeLlama(ArrayCache):
     supports_tree = True
     quant = "gguf"  # the weights format, as `--dtype` names it
 
@@ -147,15 +147,3 @@ class NativeLlama(Backend):
     def head_logits(self, features: np.ndarray) -> np.ndarray:
         """float32 logits [n, head rows] from final normed hidden states [n, hidden]."""
         return self.native.head_logits(features, self.head)
-
-    def truncate(self, n: int) -> None:
-        del self.tokens[n:]
-
-    def _compact(self, start: int, offsets: Sequence[int]) -> None:
-        idx = np.asarray([start + o for o in offsets])
-        end = start + len(offsets)
-        self.k_cache[:, :, start:end] = self.k_cache[:, :, idx]
-        self.v_cache[:, :, start:end] = self.v_cache[:, :, idx]
-        if self.features is not None:
-            self.features[start:end] = self.features[idx]
-        self.tokens[start:] = [self.tokens[start + o] for o in offsets]

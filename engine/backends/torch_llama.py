@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.architectures import FAMILIES
-from engine.backends.base import Backend, pass_positions
+from engine.backends.base import ArrayCache, pass_positions
 from engine.errors import EngineError
 from engine.execution_plan import STORED, ExecutionPlan
 from engine.formats.gguf_blocks import BlockMatrix, BlockStack
@@ -73,7 +73,7 @@ def _mapped(w: Weight) -> bool:
     return all(isinstance(p, BlockMatrix) and p.mapped for p in parts)
 
 
-class TorchLlama(Backend):
+class TorchLlama(ArrayCache):
     supports_tree = True
 
     def __init__(self, weights: LoadedWeights, dtype: torch.dtype = torch.bfloat16,
@@ -415,15 +415,3 @@ class TorchLlama(Backend):
         scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=hd ** -0.5)
         probs = scores.float().softmax(-1).to(v.dtype)
         return (probs @ v).view(nh, n, hd).transpose(0, 1).reshape(n, nh * hd)
-
-    def truncate(self, n: int) -> None:
-        del self.tokens[n:]
-
-    def _compact(self, start: int, offsets: Sequence[int]) -> None:
-        idx = torch.tensor([start + o for o in offsets], dtype=torch.long, device=self.device)
-        end = start + len(offsets)
-        self.k_cache[:, :, start:end] = self.k_cache[:, :, idx]
-        self.v_cache[:, :, start:end] = self.v_cache[:, :, idx]
-        if self.features is not None:
-            self.features[start:end] = self.features[idx]
-        self.tokens[start:] = [self.tokens[start + o] for o in offsets]
