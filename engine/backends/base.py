@@ -31,12 +31,18 @@ class Backend(ABC):
         # Tokens and seconds of the prefill chunks `sync` ran: the real prefill rate, which
         # calibration only estimates (engine/calibrate.py; from narrow passes, it errs low).
         self.prefilled = (0, 0.0)
+        # The rate of the last prefill chunk: the next one is sized from it (`prefill_chunk`).
+        self._last_chunk_rate: float | None = None
 
     @property
     def prefill_chunk(self) -> int:
         """Tokens per prefill pass in `sync`: a cancelled prefill stops after the chunk in flight,
-        so it is sized to the prefill rate (`prefill_chunk_for`), the measured one once there is one."""
-        return prefill_chunk_for(self.prefill_rate() or self.prefill_estimate)
+        so it is sized to about CANCEL_WAIT_S at the last chunk's rate (calibration's estimate
+        before the first). A wider chunk prefills faster (the weights' unpacking is shared by
+        more tokens: 16-token chunks of the 1.5B ran at about 60 tokens/s, 48-token ones at
+        100), so sizing by the last chunk's rate grows the chunks up to the wait and never
+        past it, where a session's average rate would keep them as small as they started."""
+        return prefill_chunk_for(self._last_chunk_rate or self.prefill_estimate)
 
     @property
     def length(self) -> int:
@@ -86,11 +92,15 @@ class Backend(ABC):
         while rest:
             if cancel is not None and cancel.is_set():
                 break
-            chunk, rest, start = rest[:self.prefill_chunk], rest[self.prefill_chunk:], time.perf_counter()
+            size = self.prefill_chunk
+            chunk, rest, start = rest[:size], rest[size:], time.perf_counter()
             self.forward(chunk, logits=False)
             if len(chunk) >= MEASURED_CHUNK:
+                took = time.perf_counter() - start
                 tokens, seconds = self.prefilled
-                self.prefilled = (tokens + len(chunk), seconds + time.perf_counter() - start)
+                self.prefilled = (tokens + len(chunk), seconds + took)
+                if len(chunk) == size:  # a prompt's short tail says little of a full chunk's rate
+                    self._last_chunk_rate = size / took
         return common
 
     def prefill_rate(self) -> float | None:
