@@ -93,25 +93,25 @@ def _rss_mb() -> float:
 
 
 def load(path: Path, dtype: str) -> None:
-    import torch
-
     from engine.backends.native_llama import NativeLlama
-    from engine.backends.torch_llama import TorchLlama
     from engine.formats.gguf_mapped import map_gguf
-    from engine.kernels import QUANT
-    from engine.models import torch_dtype
-    from engine.weights import load_weights
 
-    torch.set_num_threads(2)
     base = _rss_mb()
     start = time.perf_counter()
-    weights = map_gguf(path) if dtype == "gguf" else load_weights(path, four_bit=dtype == "int4")
-    header = time.perf_counter() - start
-    if dtype == "gguf":
+    if dtype == "gguf":  # as a user's start runs it: no torch
+        weights = map_gguf(path)
+        header = time.perf_counter() - start
         model = NativeLlama(weights, max_len=512)
-        model.set_threads(2)
     else:
+        from engine.backends.torch_llama import TorchLlama
+        from engine.kernels import QUANT
+        from engine.models import torch_dtype
+        from engine.weights import load_weights
+
+        weights = load_weights(path, four_bit=dtype == "int4")
+        header = time.perf_counter() - start
         model = TorchLlama(weights, torch_dtype(dtype), max_len=512, quant=dtype if dtype in QUANT else None)
+    model.set_threads(2)
     loaded = time.perf_counter() - start
     logits = model.forward([1, 2, 3])
     if hasattr(model, "release_plain_layouts"):  # as calibration does once it keeps the stored format

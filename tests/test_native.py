@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import mmap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -386,3 +387,28 @@ def test_a_failed_build_is_remembered_and_the_opt_out_is_honoured(tmp_path, monk
         assert not native.library_path(native._compiler()).exists()
     finally:
         native.load_library.cache_clear()
+
+
+def test_a_cancelled_prefill_pass_stops_after_the_layer_in_flight():
+    """On the native backend a prefill chunk is one wide pass; a cancel set while it runs ends
+    it after the layer in flight (here set before it starts: after the first layer, whose keys
+    are written while the next layers' are not). Nothing is appended, and the cache then
+    computes what a fresh one does."""
+    model, _ = load_model(SMALL)
+    tokens = _embedded_tokens()
+    model.truncate(0)
+    model.forward(tokens[:100], logits=False)
+    untouched = np.uint16(0x7FC1)  # a NaN no pass writes
+    model.k_cache[:, :, 100:PREFIX] = untouched
+    cancel = threading.Event()
+    cancel.set()
+    assert model.prefill_pass(tokens[100:PREFIX], cancel) is False
+    assert model.length == 100
+    assert (model.k_cache[0, :, 100:PREFIX] != untouched).all()  # layer 0 ran
+    assert (model.k_cache[1:, :, 100:PREFIX] == untouched).all()  # the others did not
+    assert model.sync(tokens[:PREFIX], cancel) == 100 and model.length == 100  # nothing more
+    model.sync(tokens[:PREFIX])
+    got = model.forward(tokens[PREFIX:PREFIX + 4])
+    model.truncate(0)
+    model.forward(tokens[:PREFIX], logits=False)
+    assert np.array_equal(model.forward(tokens[PREFIX:PREFIX + 4]), got)

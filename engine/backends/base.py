@@ -94,7 +94,8 @@ class Backend(ABC):
                 break
             size = self.prefill_chunk
             chunk, rest, start = rest[:size], rest[size:], time.perf_counter()
-            self.forward(chunk, logits=False)
+            if not self.prefill_pass(chunk, cancel):
+                break
             if len(chunk) >= MEASURED_CHUNK:
                 took = time.perf_counter() - start
                 tokens, seconds = self.prefilled
@@ -102,6 +103,12 @@ class Backend(ABC):
                 if len(chunk) == size:  # a prompt's short tail says little of a full chunk's rate
                     self._last_chunk_rate = size / took
         return common
+
+    def prefill_pass(self, tokens: Sequence[int], cancel: threading.Event | None) -> bool:
+        """Append `tokens` to the cache without logits, as one pass of `sync`; False where
+        `cancel` stopped the pass (nothing appended). This one always runs whole."""
+        self.forward(tokens, logits=False)
+        return True
 
     def prefill_rate(self) -> float | None:
         """Tokens per second of this session's prefills, once they add up to a few chunks."""

@@ -40,7 +40,7 @@ log = logging.getLogger("draftline")
 SOURCES = [Path(__file__).with_name(name)
            for name in ("decoder.c", "matmul.c", "amx.c", "narrow.c", "narrow_k.c", "quantize.c", "formats.h",
                         "native.h", "narrow.h", "product.h")]
-_ABI = 2  # decoder.c's draftline_abi(): the structs below mirror its own
+_ABI = 3  # decoder.c's draftline_abi(): the structs and calls below mirror its own
 # -ffp-contract=off: a product and a sum fused in one copy of a loop and not in another would
 # round differently, and every copy of a kernel must compute alike (decoder.c).
 _FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread"]
@@ -104,7 +104,7 @@ def _load(path: Path) -> ctypes.CDLL:
         raise OSError(f"{path.name}: ABI {lib.draftline_abi()}, expected {_ABI}")
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.draftline_forward.restype = i
-    lib.draftline_forward.argtypes = [p, i, i, p, p, p, p, i]
+    lib.draftline_forward.argtypes = [p, i, i, p, p, p, p, i, p]
     lib.draftline_matmul.restype = i
     lib.draftline_matmul.argtypes = [p, i, p, p]
     lib.draftline_rows.argtypes = [p, p, i, p]
@@ -343,11 +343,13 @@ class NativeDecoder:
         """float32 input vectors [n, hidden]: rows of the embedding, as the products see it."""
         return rows(self.lib, embedding, ids)
 
-    def forward(self, x, start: int, positions: np.ndarray, local: np.ndarray,
-                logits: bool, threads: int) -> tuple[np.ndarray, np.ndarray | None]:
+    def forward(self, x, start: int, positions: np.ndarray, local: np.ndarray, logits: bool, threads: int,
+                stop: ctypes.c_int | None = None) -> tuple[np.ndarray, np.ndarray | None] | None:
         """x [n, hidden] at cache positions start..start+n (rotary `positions`; `local` [n, n]
         bool: which new tokens each may attend to). Returns the final normed hidden states
-        (float32) and float32 logits [n, head rows] (None unless `logits`)."""
+        (float32) and float32 logits [n, head rows] (None unless `logits`); or None where `stop`
+        was set while it ran (the pass ended after the layer in flight: the caller drops these
+        positions)."""
         n = len(x)
         x = np.array(_floats(x), copy=True)  # the C code writes the normed states into it
         pos = np.ascontiguousarray(positions, dtype=np.int32)
@@ -355,10 +357,11 @@ class NativeDecoder:
         out = np.empty((n, self._struct.head.rows), dtype=np.float32) if logits else None
         model = ctypes.byref(self._struct)
         self.scratch_bytes = max(self.scratch_bytes, self.lib.draftline_scratch_bytes(model, n, start, threads))
-        if self.lib.draftline_forward(model, n, start, pos.ctypes.data, mask.ctypes.data, x.ctypes.data,
-                                      _pointer(out), threads):
+        done = self.lib.draftline_forward(model, n, start, pos.ctypes.data, mask.ctypes.data, x.ctypes.data,
+                                          _pointer(out), threads, None if stop is None else ctypes.byref(stop))
+        if done < 0:
             raise MemoryError("native decoder: out of memory")
-        return x, out
+        return None if done else (x, out)
 
 
 def decoder_for(model) -> NativeDecoder | None:

@@ -50,7 +50,7 @@ typedef struct {
 } Model;
 
 /* Version of the structs above and in native.h; the Python mirror checks it. */
-int draftline_abi(void) { return 2; }
+int draftline_abi(void) { return 3; }
 
 static inline __m256 load_bf16x8(const uint16_t *p) {
   __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -284,6 +284,8 @@ typedef struct {
   size_t private_bytes, products_bytes;
   Barrier barrier;
   atomic_int ready; /* set once `threads` says how many threads did start */
+  const volatile int *stop; /* a caller's flag, read between layers; NULL: runs whole */
+  atomic_int stopped;       /* set by thread 0 before a layer's last barrier: all then leave */
 } Pass;
 
 typedef struct {
@@ -383,7 +385,9 @@ static void *run_worker(void *arg) {
     quantize_tokens(p, step + 7, &p->activated);
     barrier_wait(&p->barrier);
     product_rows(p, step + 8, &L->w_down, &p->activated, p->x, D, 1, products);
-    barrier_wait(&p->barrier);
+    if (w->id == 0 && p->stop && *p->stop) atomic_store(&p->stopped, 1);
+    barrier_wait(&p->barrier); /* every thread reads the same `stopped` after it */
+    if (atomic_load(&p->stopped)) return NULL;
   }
   const int step = STEPS * m->n_layers;
   norm_tokens(p, step, m->norm);
@@ -434,10 +438,12 @@ void draftline_rows(const Matrix *w, const int64_t *ids, int n, float *out) {
 
 /* A pass of T tokens at cache positions start..start+T-1 (rotary positions `pos`; new token t
    attends to new token u iff local[t * T + u]). x [T, dim]: the input vectors, replaced by the
-   final normed hidden states. logits [T, head.rows], or NULL for none. Returns 0, or -1 when
-   out of memory. */
+   final normed hidden states. logits [T, head.rows], or NULL for none. `stop`: NULL, or a flag
+   the caller may set while the pass runs (a cancelled prefill): the pass then ends after the
+   layer in flight, having written part of these positions' keys and values, which the caller
+   drops. Returns 0, 1 when stopped, or -1 when out of memory. */
 int draftline_forward(const Model *m, int T, int start, const int32_t *pos, const uint8_t *local, float *x,
-                      float *logits, int threads) {
+                      float *logits, int threads, const volatile int *stop) {
   if (threads < 1) threads = 1;
   if (threads > MAX_THREADS) threads = MAX_THREADS;
   const int D = m->dim, F = m->ffn_dim, nh = m->n_heads, hd = m->head_dim;
@@ -473,6 +479,8 @@ int draftline_forward(const Model *m, int T, int start, const int32_t *pos, cons
   atomic_init(&pass.barrier.generation, 0);
   atomic_init(&pass.barrier.sleepers, 0);
   atomic_init(&pass.ready, 0);
+  atomic_init(&pass.stopped, 0);
+  pass.stop = stop;
   pthread_t ids[MAX_THREADS];
   Worker workers[MAX_THREADS];
   int started = 1;
@@ -483,5 +491,5 @@ int draftline_forward(const Model *m, int T, int start, const int32_t *pos, cons
   run_worker(&workers[0]);
   for (int i = 1; i < started; i++) pthread_join(ids[i], NULL);
   free(memory);
-  return 0;
+  return atomic_load(&pass.stopped);
 }
