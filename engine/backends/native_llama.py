@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backends.base import PREFILL_CHUNK, ArrayCache, pass_positions
+from engine.backends.base import ArrayCache, pass_positions
 from engine.errors import EngineError
 from engine.execution_plan import ExecutionPlan
 from engine.formats.gguf_blocks import BlockMatrix, BlockStack
@@ -121,16 +121,14 @@ class NativeLlama(ArrayCache):
         """float32 input vectors [n, hidden] (what a feature draft concatenates them with)."""
         return self.native.embed(self.embed, ids)
 
-    @property
-    def prefill_chunk(self) -> int:
-        """A cancelled prefill stops within its pass (`prefill_pass`), so chunks need not be
-        short: the widest, whose prefill rate is the highest."""
-        return PREFILL_CHUNK
-
     def prefill_pass(self, tokens: Sequence[int], cancel: threading.Event | None) -> bool:
-        """One prefill pass, which `cancel` stops after the layer in flight (a 256-token pass
-        of the 1.5B spends about 70 ms in a layer on two cores): the C code reads a flag that
-        a watcher sets from the event."""
+        """One prefill pass, which `cancel` stops after the layer in flight (15-80 ms for the
+        1.5B on two cores, where waiting for the chunk took up to CANCEL_WAIT_S): the C code
+        reads a flag that a watcher sets from the event. The chunk's work is lost then, so
+        chunks stay about CANCEL_WAIT_S long (base.py): a 256-token chunk stopped by every
+        keystroke of a typing burst left a cold file's full window unprefilled, and the
+        requests at the next pauses on short windows (measured in Neovim: none of 6 lines as
+        the file has them, against 2 of 6)."""
         if cancel is None:
             self.forward(tokens, logits=False)
             return True
