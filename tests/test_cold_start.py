@@ -339,9 +339,10 @@ def test_the_prefill_rate_is_learned_from_real_prefills():
     model = int8_model()
     model.prefill_estimate = 32.0  # 16-token chunks to start
     assert model.prefill_rate() is None and model.prefill_chunk == 16
-    model.sync([(7 * i) % 64 for i in range(40)])  # 16 tokens, then the rest (24) in one chunk
+    cancel = threading.Event()  # chunks are short where a request may cancel
+    model.sync([(7 * i) % 64 for i in range(40)], cancel)  # 16 tokens, then the rest (24) in one chunk
     assert model.prefilled[0] == 40 and model.prefill_rate() is None
-    model.sync([(7 * i) % 64 for i in range(40)] + [(3 * i) % 64 for i in range(40)])
+    model.sync([(7 * i) % 64 for i in range(40)] + [(3 * i) % 64 for i in range(40)], cancel)
     tokens, seconds = model.prefilled
     assert tokens == 80 and model.prefill_rate() == pytest.approx(80 / seconds)
 
@@ -363,6 +364,10 @@ def test_prefill_chunks_grow_to_about_half_a_second_and_no_further(monkeypatch):
 
     monkeypatch.setattr(model, "forward", forward)
     monkeypatch.setattr(base.time, "perf_counter", lambda: clock[0])
-    model.sync(list(range(400)) * 2)
+    model.sync(list(range(400)) * 2, threading.Event())  # a prefill a request may cancel
     assert [n for n, _ in passes][:5] == [16, 32, 48, 64, 64]
     assert all(seconds <= base.CANCEL_WAIT_S for _, seconds in passes)
+    passes.clear()
+    model.truncate(0)
+    model.sync(list(range(600)))  # nothing can cancel it: nothing waits on a chunk
+    assert [n for n, _ in passes] == [base.PREFILL_CHUNK, base.PREFILL_CHUNK, 600 - 2 * base.PREFILL_CHUNK]

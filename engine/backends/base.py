@@ -85,14 +85,16 @@ class Backend(ABC):
         """Make the cache hold exactly `prompt`, reusing the longest common prefix.
 
         Returns how many positions were reused (the rest were prefilled). When `cancel` is set
-        the prefill stops after the chunk in flight; the cache then holds a prefix of `prompt`."""
+        the prefill stops after the chunk in flight (or within it: `prefill_pass`); the cache then
+        holds a prefix of `prompt`. Without `cancel` it runs in the widest chunks."""
         common = self.cached_prefix(prompt)
         self.truncate(common)
         rest = list(prompt[common:])
         while rest:
             if cancel is not None and cancel.is_set():
                 break
-            size = self.prefill_chunk
+            # short chunks only where a request may cancel the prefill: nothing waits otherwise
+            size = self.prefill_chunk if cancel is not None else PREFILL_CHUNK
             chunk, rest, start = rest[:size], rest[size:], time.perf_counter()
             if not self.prefill_pass(chunk, cancel):
                 break
