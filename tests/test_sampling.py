@@ -14,20 +14,20 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def test_temperature_one_is_softmax():
-    np.testing.assert_allclose(probabilities(LOGITS, Sampling(1.0)), _softmax(LOGITS), rtol=1e-12)
+    np.testing.assert_allclose(probabilities(LOGITS, Sampling(1.0)), _softmax(LOGITS), rtol=1e-6)
 
 
 def test_top_k_keeps_k_tokens_renormalised():
     p = probabilities(LOGITS, Sampling(1.0, top_k=2))[0]
     assert (p[2:] == 0).all()
-    np.testing.assert_allclose(p[:2], _softmax(LOGITS[0, :2]), rtol=1e-12)
+    np.testing.assert_allclose(p[:2], _softmax(LOGITS[0, :2]), rtol=1e-6)
 
 
 def test_top_p_keeps_the_smallest_set_reaching_p():
     full = _softmax(LOGITS[0])  # [0.57, 0.21, 0.13, 0.08, 0.03]
     p = probabilities(LOGITS, Sampling(1.0, top_p=0.7))[0]
     assert (p[2:] == 0).all() and p[0] > 0 and p[1] > 0
-    np.testing.assert_allclose(p[:2], full[:2] / full[:2].sum(), rtol=1e-12)
+    np.testing.assert_allclose(p[:2], full[:2] / full[:2].sum(), rtol=1e-6)
 
 
 def test_low_temperature_approaches_greedy():

@@ -30,7 +30,7 @@ class _Stopped(Exception):
 
 @dataclass
 class _Layer:
-    """One layer as decoder.c reads it (native.py's _Layer mirrors the C struct)."""
+    """One layer's tensors, which NativeDecoder describes to decoder.c (engine/native/__init__.py)."""
     attn_norm: np.ndarray
     ffn_norm: np.ndarray
     bqkv: np.ndarray | None
