@@ -332,6 +332,8 @@ def test_a_gguf_file_is_computed_where_it_is_mapped(tmp_path, monkeypatch):
     memory = model.memory()
     assert memory["weights_mapped"] > 0.9 * model_path(SMALL).stat().st_size
     assert memory["weights_held"] < 2**20 and memory["copies"] == 0
+    # the decoder reads the model's float32 vectors where they are: no copy, counted once
+    assert model.native.own_bytes == model.native.cos.nbytes + model.native.sin.nbytes
 
 
 def test_an_int4_model_is_never_packed_for_torch_when_the_decoder_runs_it():

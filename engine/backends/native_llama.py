@@ -99,17 +99,18 @@ class NativeLlama(ArrayCache):
 
     def memory(self, counted: set[int] | None = None) -> dict[str, int]:
         """Bytes by use, as TorchLlama.memory: the file's pages (weights_mapped), copies of
-        chosen rows (weights_held), the KV cache and scratch."""
+        chosen rows and the float32 vectors (weights_held), the KV cache and scratch (rotary
+        tables, the largest pass's buffers, recorded features)."""
         counted = set() if counted is None else counted
         tensors = {id(w): w for w in [self.embed] + self._read_every_pass() if id(w) not in counted}
         counted.update(tensors)
         blocks = [p for w in tensors.values() for p in (w.parts if isinstance(w, BlockStack) else [w])
                   if isinstance(p, BlockMatrix)]
         vectors = sum(w.nbytes for w in tensors.values() if isinstance(w, np.ndarray))
-        scratch = self.native.own_bytes + self.native.scratch_bytes + vectors
+        scratch = self.native.own_bytes + self.native.scratch_bytes
         scratch += 0 if self.features is None else self.features.nbytes
         return {"weights_mapped": sum(p.nbytes for p in blocks if p.mapped),
-                "weights_held": sum(p.nbytes for p in blocks if not p.mapped),
+                "weights_held": sum(p.nbytes for p in blocks if not p.mapped) + vectors,
                 "copies": 0, "kv_cache": self.k_cache.nbytes + self.v_cache.nbytes, "scratch": scratch}
 
     def record_features(self) -> None:
@@ -186,7 +187,3 @@ class NativeLlama(ArrayCache):
             self.head = self.head.prefix(keep)
             self.native.set_head(self.head)
         self.vocab_size = width
-
-    def head_logits(self, features: np.ndarray) -> np.ndarray:
-        """float32 logits [n, head rows] from final normed hidden states [n, hidden]."""
-        return self.native.head_logits(features, self.head)

@@ -282,8 +282,8 @@ def rows(lib: ctypes.CDLL, w, ids) -> np.ndarray:
 
 class NativeDecoder:
     """Runs the passes of one model in C (engine/backends/native_llama.py, or a quantized
-    TorchLlama), on the weights and bf16 KV cache the model owns; it keeps float32 copies of
-    the vectors and rotary tables."""
+    TorchLlama), on the weights and bf16 KV cache the model owns; it keeps the rotary tables,
+    and float32 copies of a torch model's bf16 vectors."""
 
     def __init__(self, lib: ctypes.CDLL, model) -> None:
         c = model.config
@@ -292,6 +292,7 @@ class NativeDecoder:
         # float32 tables, not the model's (bf16 for the torch kernels)
         self.cos, self.sin = rope_tables(model.max_len, c.dim_per_head, c.rope_theta, c.rope_scaling)
         self._vectors: list[np.ndarray] = []  # float32 norms and biases, kept alive here
+        self._copied = 0  # bytes of them that are copies
         self._layers = (_Layer * len(model.layers))(*[
             _Layer(self._vector(layer.attn_norm), self._vector(layer.ffn_norm), self._vector(layer.bqkv),
                    *(c_matrix(getattr(layer, m)) for m in ("wqkv", "wo", "w_gate_up", "w_down")))
@@ -308,13 +309,16 @@ class NativeDecoder:
     def _vector(self, t) -> int | None:
         if t is None:
             return None
-        self._vectors.append(_floats(t))
-        return self._vectors[-1].ctypes.data
+        v = _floats(t)  # the model's own array where it is float32 already (the native backend's)
+        self._vectors.append(v)
+        self._copied += 0 if v is t else v.nbytes
+        return v.ctypes.data
 
     @property
     def own_bytes(self) -> int:
-        """What it keeps besides the model's tensors: rotary tables and float32 vectors."""
-        return sum(t.nbytes for t in [self.cos, self.sin] + self._vectors)
+        """What it keeps besides the model's tensors: rotary tables and float32 copies of
+        vectors (a torch model's are bf16)."""
+        return self.cos.nbytes + self.sin.nbytes + self._copied
 
     @staticmethod
     def supports(model) -> bool:
