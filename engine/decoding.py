@@ -215,6 +215,7 @@ def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int
         t = time.perf_counter()
         base = target.length
         logits = target.forward([current] + draft.tokens, draft.pass_parents())
+        pass_seconds = time.perf_counter() - t
         if sampling.greedy:
             accepted, current = verify_greedy(draft, logits)
         else:
@@ -224,7 +225,7 @@ def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int
 
         stats.target_passes += 1
         stats.count_draft(draft.sources(), accepted, draft.model_choices_tested(accepted))
-        drafter.observe(draft, accepted, current)
+        drafter.observe(draft, accepted, current, pass_seconds)
         out.commit([draft.tokens[i] for i in accepted] + [current])
     return _finish(out, stats, start)
 

@@ -16,6 +16,7 @@ and match length by how often the target actually accepted such nodes (`Acceptan
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ FIM_SUFFIX = 2 * len(MATCH_BUCKETS)
 LOOKUP_PRIORS = (0.25, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95)
 # Draft-model calibration buckets by its own probability of the token.
 MODEL_BUCKETS = (0.0, 0.4, 0.7, 0.9)
+# Pass widths whose costs the timed passes correct (interpolated between), the share of the
+# log error one pass moves them by, and the largest log error one pass counts with (2x).
+_KNOTS = (1, 2, 4, 8, 16)
+_LEARN = 0.1
+_CLIP = math.log(2.0)
 
 
 def match_bucket(length: int) -> int:
@@ -44,16 +50,49 @@ def model_bucket(probability: float) -> int:
 
 class PassCosts:
     """Seconds per target pass by width (measured up to some width, extrapolated linearly
-    beyond it) and seconds per token a draft model drafts. Unmeasured: every width costs 1."""
+    beyond it) and seconds per token a draft model drafts. Unmeasured: every width costs 1.
 
-    def __init__(self, pass_cost: Sequence[float] | None = None, draft_cost: float = 0.0):
+    With `learn`, every timed verification pass (`observe`) corrects the measured costs: a
+    calibration timed once at first start, while something else ran, priced 8- and 16-token
+    passes at 1.9x and 2.2x what they took in decoding, and so kept drafts short for good."""
+
+    def __init__(self, pass_cost: Sequence[float] | None = None, draft_cost: float = 0.0,
+                 learn: bool = False):
         cost = list(pass_cost) if pass_cost and len(pass_cost) > 2 else [0.0, 1.0, 1.0]
-        # A wider pass never costs less than a narrower one: a timing above a wider pass's was
-        # slowed by something else running (load only ever adds time), so the wider one's holds.
-        for width in range(len(cost) - 2, 0, -1):
-            cost[width] = min(cost[width], cost[width + 1])
-        self.cost = cost
+        self.measured = _monotone(cost)
         self.draft_cost = draft_cost
+        self.learn = learn
+        last = len(cost) - 1
+        # Corrections are kept at a few widths (log factors), interpolated between them and
+        # flat past the widest, so the measured shape (e.g. AMX tiles: 9-16 tokens cost alike)
+        # stays and its level moves.
+        self._knots = [w for w in _KNOTS if w <= last] or [1]
+        self._log_factor = [0.0] * len(self._knots)
+        self.version = 0  # counts corrections: what derives from the costs is refreshed on a change
+        self._apply()
+
+    def observe(self, width: int, seconds: float) -> None:
+        """A verification pass over `width` tokens took `seconds`: move the costs at the widths
+        around it toward that, a step of _LEARN of the (clipped) log error at a time, so a pass
+        slowed by something else running moves them little."""
+        if not self.learn or seconds <= 0 or not 1 <= width < len(self.cost):
+            return
+        error = max(-_CLIP, min(_CLIP, math.log(seconds / self.cost[width])))
+        i = bisect_right(self._knots, width) - 1
+        if self._knots[i] == width or i == len(self._knots) - 1:
+            self._log_factor[i] += _LEARN * error
+        else:
+            low, high = self._knots[i], self._knots[i + 1]
+            share = (width - low) / (high - low)
+            self._log_factor[i] += _LEARN * (1 - share) * error
+            self._log_factor[i + 1] += _LEARN * share * error
+        self._apply()
+        self.version += 1
+
+    def _apply(self) -> None:
+        factors = [0.0] + [math.exp(_interpolate(self._knots, self._log_factor, w))
+                           for w in range(1, len(self.measured))]
+        self.cost = _monotone([c * f for c, f in zip(self.measured, factors)])
         last = len(self.cost) - 1
         base = max(1, last - 5)  # a wide baseline: single widths are noisy
         self.slope = max(0.0, (self.cost[last] - self.cost[base]) / (last - base))
@@ -78,6 +117,26 @@ class PassCosts:
         d = self.draft_cost if draft_cost is None else draft_cost
         extra = (self.verify(width + 1) - self.verify(1)) / width + d
         return min(0.9, max(0.02, extra / self.verify(1)))
+
+
+def _monotone(cost: list[float]) -> list[float]:
+    """A wider pass never costs less than a narrower one: a timing above a wider pass's was
+    slowed by something else running (load only ever adds time), so the wider one's holds."""
+    cost = list(cost)
+    for width in range(len(cost) - 2, 0, -1):
+        cost[width] = min(cost[width], cost[width + 1])
+    return cost
+
+
+def _interpolate(xs: Sequence[int], ys: Sequence[float], x: int) -> float:
+    """ys at x, linear between the xs around it (flat outside them)."""
+    i = bisect_right(xs, x) - 1
+    if i < 0:
+        return ys[0]
+    if i >= len(xs) - 1:
+        return ys[-1]
+    share = (x - xs[i]) / (xs[i + 1] - xs[i])
+    return ys[i] + share * (ys[i + 1] - ys[i])
 
 
 def best_prefix(probabilities: Sequence[float], costs: PassCosts, spent: float = 0.0) -> tuple[int, float]:

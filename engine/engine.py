@@ -42,7 +42,7 @@ class Engine:
         self.lookup = Lookup(self.acceptance, fim=(fim.suffix, fim.middle) if fim else None)
         self.draft = draft  # a draft model (mode "draft", and the model half of "hybrid")
         self.max_nodes = max_nodes
-        self.costs = PassCosts(pass_cost, draft_cost)
+        self.costs = PassCosts(pass_cost, draft_cost, learn=pass_cost is not None)
         self.healer = Healer(tokenizer)
         self.vocabulary = Vocabulary(frozenset(tokenizer.eos_ids), tokenizer.decode, self.healer)
         self.calibration: Calibration | None = None  # set by `load`: kernels and pass costs

@@ -34,6 +34,9 @@ class ScriptedModel:
     def behind(self, context: Sequence[int]) -> int:
         return 1
 
+    def tune(self, costs: PassCosts) -> None:
+        pass  # its chain is scripted
+
     def propose(self, context: Sequence[int], k: int, sampling: Sampling, generator, prefix=()) -> Draft:
         self.calls += 1
         return Draft.chain(self.chain[:k], info=[NodeInfo("model", 2, 0.8)] * min(k, len(self.chain)))

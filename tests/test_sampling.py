@@ -57,6 +57,37 @@ def test_pass_costs_extrapolate_past_the_measured_widths():
     assert [noisy.verify(w) for w in range(1, 6)] == [1.0, 1.0, 1.1, 1.1, 1.5]
 
 
+# A calibration kept from a first start (timed once, while something else ran) and what the
+# passes took when timed again, 7 times each (ms; the 1.5B Q4_K_M on 2 Xeon cores, AMX: 9-16
+# tokens are one tile). Widths between the timed ones interpolated.
+KEPT = [68, 88, 102, 116, 169, 223, 277, 330] + [548] * 8 + [548 + 34.3 * w for w in range(1, 9)]
+TIMED = [63, 77, 89, 98, 125, 135, 155, 174, 210, 235, 233, 232, 238, 242, 246, 249]
+
+
+def test_timed_passes_correct_a_calibration_that_priced_wide_passes_too_high():
+    costs = PassCosts([0.0] + [ms / 1000 for ms in KEPT], learn=True)
+    true = [0.0] + [ms / 1000 for ms in TIMED]
+    break_even = costs.break_even()
+    for _ in range(50):  # the widths decoding verifies most
+        for width in (1, 2, 3, 5, 8, 12):
+            costs.observe(width, true[width])
+    for width in (1, 2, 3, 5, 8, 12, 16):
+        assert abs(costs.verify(width) / true[width] - 1) < 0.15, width
+    assert costs.verify(10) == costs.verify(16)  # the tile's shape is kept: 9-16 cost alike
+    assert costs.break_even() < 0.8 * break_even  # longer drafts pay now
+    assert costs.version == 300
+
+
+def test_one_slow_pass_moves_the_costs_little_and_unlearnt_costs_never():
+    costs = PassCosts([0.0] + [ms / 1000 for ms in TIMED], learn=True)
+    before = costs.verify(4)
+    costs.observe(4, 50 * before)  # something else ran
+    assert before < costs.verify(4) < 1.08 * before
+    fixed = PassCosts([0.0] + [ms / 1000 for ms in TIMED])
+    fixed.observe(4, 50 * before)
+    assert fixed.verify(4) == before and fixed.version == 0
+
+
 def test_chain_length_follows_acceptance_and_draft_cost():
     free = PassCosts([0.0] + [1.0] * 14)
     assert chain_length(0.9, free, 8) == 8

@@ -93,9 +93,11 @@ class Drafter(Protocol):
         """Up to `k` tokens deep that may follow `context` (prompt + output so far)."""
         ...
 
-    def observe(self, draft: Draft, accepted: Sequence[int], next_token: int) -> None:
-        """Learn from a verified draft: `accepted` are the node indices the target kept, and
-        `next_token` the target's own token after them."""
+    def observe(self, draft: Draft, accepted: Sequence[int], next_token: int,
+                pass_seconds: float = 0.0) -> None:
+        """Learn from a verified draft: `accepted` are the node indices the target kept,
+        `next_token` the target's own token after them, and `pass_seconds` what the target's
+        pass over [current token] + draft took (0: not timed)."""
         ...
 
 

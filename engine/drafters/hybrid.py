@@ -44,7 +44,8 @@ class Hybrid:
         self.lookup, self.model = lookup, model
         self.costs, self.acceptance = costs, acceptance
         self.max_nodes = max_nodes
-        self.floor = costs.least_useful_chance(max_nodes)  # lookup explores nothing less likely
+        self._costs_version = -1  # the pass costs' version that `floor` and the model's tuning follow
+        self.floor = 0.0  # lookup explores nothing less likely
         self._model_chain: list[int] = []  # the model's first choice at each level, last draft
         self._idle = 0
         self._skipped = 0  # drafts since the model last ran
@@ -57,6 +58,8 @@ class Hybrid:
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: np.random.Generator) -> Draft:
         self._model_chain = []
+        if self._costs_version != self.costs.version:
+            self._follow_costs()
         tree = TokenTree()
         if self.lookup is not None:
             self.lookup.grow(tree, context, k, self.max_nodes, self.floor)
@@ -90,6 +93,13 @@ class Hybrid:
             self._idle += 1
             keep = 1 if self._idle % PROBE_EVERY == 0 else 0
         return tree.select(self.costs, spent, self.max_nodes, keep=keep)
+
+    def _follow_costs(self) -> None:
+        """What derives from the pass costs, after timed passes corrected them."""
+        self._costs_version = self.costs.version
+        self.floor = self.costs.least_useful_chance(self.max_nodes)
+        if self.model is not None:
+            self.model.tune(self.costs)
 
     def _model_pays(self, tree: TokenTree, path: list[int], context: Sequence[int], k: int) -> bool:
         """Would the tree be faster (expected tokens per second, its drafting time included)
@@ -154,9 +164,13 @@ class Hybrid:
         length = chain_length(self.acceptance.model_next, self.costs, k)
         return self.model.propose(context, length, sampling, generator) if length else Draft()
 
-    def observe(self, draft: Draft, accepted: Sequence[int], next_token: int) -> None:
+    def observe(self, draft: Draft, accepted: Sequence[int], next_token: int,
+                pass_seconds: float = 0.0) -> None:
         """Calibrate each tested node's source, and how often the model's first choices (in
-        the verified tree or not) were the target's tokens."""
+        the verified tree or not) were the target's tokens; a timed pass corrects what passes
+        of its width cost."""
+        if pass_seconds:
+            self.costs.observe(len(draft) + 1, pass_seconds)
         taken = set(accepted)
         for node in draft.tested(accepted):
             info = draft.info[node]
