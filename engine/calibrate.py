@@ -257,9 +257,14 @@ def load_or_measure(backend: Backend, max_width: int, max_threads: int, key: str
     except (OSError, ValueError, TypeError, KeyError):
         pass  # absent or unreadable: measure again
     cal = measure(backend, max_width, max_threads)
+    keep(cal, key)
+    return cal
+
+
+def keep(cal: Calibration, key: str) -> None:
+    """Keep `cal` for `key`: the next start loads it instead of measuring."""
     try:
         path = cache_dir("calibration") / f"{key}-v{FORMAT}.json"
         write_atomically(path, lambda tmp: tmp.write_text(json.dumps(cal.as_dict())))
     except OSError as exc:
         log.warning("could not keep the calibration: %s", exc)
-    return cal

@@ -180,9 +180,10 @@ class Acceptance:
     def __init__(self, memory: float = 0.98, strength: float = 4.0):
         self.memory, self.strength = memory, strength
         self._rates: dict[tuple[str, int], _Rate] = {}
-        # What running a draft model is expected to bring: how often its first choice was the
-        # target's next token, and how often its chain's next one was where the chain was
-        # right so far.
+        # What running a draft model is expected to bring: how often a run drafted a first
+        # token and it was the target's next one (a run too unsure to draft anything counts as
+        # a miss: it cost its time and brought nothing), and how often its chain's next token
+        # was right where the chain was right so far.
         self._first = _Rate(0.0, 0.0)
         self._next = _Rate(0.0, 0.0)
 

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Sequence
 
 from engine.backends.base import Backend
-from engine.calibrate import Calibration, load_or_measure, measure_pass_costs
+from engine.calibrate import Calibration, keep, load_or_measure, measure_pass_costs
 from engine.decoding import Vocabulary, generate_autoregressive, generate_speculative
 from engine.draft_length import Acceptance, PassCosts
 from engine.execution_plan import ExecutionPlan
@@ -30,11 +30,15 @@ class Engine:
     set, and outputs remembered, from any thread."""
 
     K_MAX = 24  # widest pass whose cost is measured (draft_length.py extrapolates beyond)
+    KEEP_COSTS_EVERY = 200  # timed passes between keeping the corrected pass costs
     MAX_NODES = 32  # most draft tokens in one verification pass
     problem: str | None = None  # why it cannot serve now (a local engine always can)
 
     def __init__(self, target: Backend, tokenizer: Tokenizer, draft: ModelDrafter | None = None,
-                 max_nodes: int = MAX_NODES, pass_cost: list[float] | None = None, draft_cost: float = 0.0):
+                 max_nodes: int = MAX_NODES, pass_cost: list[float] | None = None, draft_cost: float = 0.0,
+                 learn_costs: bool = False):
+        """pass_cost, draft_cost: seconds (engine/draft_length.py); with `learn_costs`, timed
+        passes correct them."""
         self.target = target
         self.tokenizer = tokenizer
         self.acceptance = Acceptance()  # how often each source's drafts are accepted: learnt
@@ -42,10 +46,12 @@ class Engine:
         self.lookup = Lookup(self.acceptance, fim=(fim.suffix, fim.middle) if fim else None)
         self.draft = draft  # a draft model (mode "draft", and the model half of "hybrid")
         self.max_nodes = max_nodes
-        self.costs = PassCosts(pass_cost, draft_cost, learn=pass_cost is not None)
+        self.costs = PassCosts(pass_cost, draft_cost, learn=learn_costs)
         self.healer = Healer(tokenizer)
         self.vocabulary = Vocabulary(frozenset(tokenizer.eos_ids), tokenizer.decode, self.healer)
         self.calibration: Calibration | None = None  # set by `load`: kernels and pass costs
+        self._calibration_key: str | None = None  # set by `load`: where the calibration is kept
+        self._kept_costs = 0  # the pass costs' version last kept
         self.dtype: str | None = None  # set by `load`: the weights format it resolved to
 
     @classmethod
@@ -62,12 +68,12 @@ class Engine:
         if hasattr(target, "copy_budget"):
             target.copy_budget = copy_budget
         drafter = _load_drafter(draft, target, tokenizer, dtype, max_len)
-        calibration = load_or_measure(target, cls.K_MAX + 1, max_threads,
-                                      _calibration_key(model, target, max_threads))
+        key = _calibration_key(model, target, max_threads)
+        calibration = load_or_measure(target, cls.K_MAX + 1, max_threads, key)
         draft_cost = 0.0 if drafter is None else _draft_pass_cost(drafter.backend, max_threads)
         engine = cls(target, tokenizer, drafter, _exact_width(calibration, cls.MAX_NODES + 1) - 1,
-                     pass_cost=calibration.pass_cost, draft_cost=draft_cost)
-        engine.calibration, engine.dtype = calibration, dtype
+                     pass_cost=calibration.pass_cost, draft_cost=draft_cost, learn_costs=True)
+        engine.calibration, engine.dtype, engine._calibration_key = calibration, dtype, key
         target.prefill_estimate = calibration.prefill_tokens_per_s
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
@@ -117,6 +123,8 @@ class Engine:
                 "native_decoder": getattr(self.target, "native", None) is not None,
                 "draft": type(self.draft).__name__ if self.draft else None,
                 "calibration": self.calibration.as_dict() if self.calibration else None,
+                # seconds per pass by width, as timed passes have corrected the calibration's
+                "pass_cost": [round(c, 5) for c in self.costs.cost],
                 # threads and kernel per pass width (engine/execution_plan.py), target then draft
                 "execution_plan": [b.plan.describe() if hasattr(b, "plan") else None
                                    for b in [self.target] + ([self.draft.backend] if self.draft else [])]}
@@ -201,7 +209,17 @@ class Engine:
         else:
             gen = generate_speculative(self.target, self._drafter(mode), tokens, request,
                                        self.vocabulary, self.max_nodes, owed)
+            self._keep_learned_costs()
         return Completion(gen.text, gen.tokens, gen.stats)
+
+    def _keep_learned_costs(self) -> None:
+        """Now and then the corrected pass costs replace the kept calibration's, so the next
+        start begins from what passes really cost, not from a first start's single timing."""
+        if self._calibration_key is None or self.costs.version < self._kept_costs + self.KEEP_COSTS_EVERY:
+            return
+        self._kept_costs = self.costs.version
+        self.calibration.pass_cost = list(self.costs.cost)
+        keep(self.calibration, self._calibration_key)
 
     def _drafter(self, mode: str) -> Hybrid:
         """One per mode, kept: what it learns about the model's first tokens carries over."""

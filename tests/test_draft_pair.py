@@ -7,9 +7,13 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
 from engine.api import Request
+from engine.drafters import draft_model
 from engine.engine import Engine, pair_draft
 from engine.errors import EngineError
+from engine.models import load_model
 from engine.tokenization.tokenizer import Tokenizer
+from tests.code_samples import stdlib_text
+from tests.models import SMALL
 from tests.tiny_models import random_llama
 
 WORDS = ["a", "b", "c", "d", "e", "f"]
@@ -65,3 +69,33 @@ def test_every_mode_with_a_draft_model_equals_plain_decoding():
                 tested += got.stats.model_tested
         results[name] = agreed / tested
     assert results["same"] == 1.0 and results["other"] < 0.9
+
+
+def test_a_draft_proposes_frequent_tokens_and_those_it_has_read_and_stays_exact(monkeypatch):
+    """The embedded model's own blocks drafting for itself, its head cut to the first ids and
+    the tokens of its context: kept rows score as the full head scores them, the others are
+    never proposed, and every mode still gives the autoregressive tokens."""
+    monkeypatch.setattr(draft_model, "SHORTLIST", 4096)
+    target, tok = load_model(SMALL, "gguf")
+    full, _ = load_model(SMALL, "gguf")
+    draft, _ = load_model(SMALL, "gguf")
+    pair = pair_draft(target, tok, draft, tok)
+    np.testing.assert_array_equal(draft.head_rows, np.arange(4096))
+    prompt = tok.encode(stdlib_text("textwrap.py"))[:300]
+    rare = sorted({t for t in prompt if t >= 4096})
+    assert rare
+    pair.prefill(prompt)
+    np.testing.assert_array_equal(draft.head_rows, np.union1d(np.arange(4096), rare))
+    want = full.forward(prompt[-8:])
+    draft.truncate(0)
+    got = draft.forward(prompt[-8:])
+    kept = draft.head_rows
+    np.testing.assert_allclose(got[:, kept], want[:, kept], rtol=1e-6, atol=1e-6)
+    assert np.isneginf(np.delete(got, kept, axis=1)).all()
+    engine = Engine(target, tok, pair, pass_cost=[0.0] + [1.0] * 30, draft_cost=0.01)
+    for cut in (120, 200, 280):
+        ar = engine.complete(prompt[:cut], Request(max_new_tokens=16), "ar").tokens
+        for mode in ("draft", "hybrid"):
+            got = engine.complete(prompt[:cut], Request(max_new_tokens=16), mode)
+            assert got.tokens == ar, (cut, mode)
+            assert got.stats.model_tested > 0

@@ -59,6 +59,11 @@ class Backend(ABC):
         parents[i] is the index of its parent among `tokens`, or -1 for the cache's last token.
         """
 
+    def keep_head_rows(self, ids: np.ndarray) -> bool:
+        """Compute logits for the token `ids` only (sorted; -inf for the rest) where the backend
+        can, so the output head reads a fraction of its rows. False: it computes every row."""
+        return False
+
     def set_threads(self, n: int) -> None:
         """How many threads passes the execution plan does not size run on (CPU backends)."""
 

@@ -22,6 +22,11 @@ from engine.drafters.model_tree import ModelTree
 # New tokens read together with the first drafted one in one pass (logits for each): more are
 # read in a pass of their own, without logits.
 _READ_WITH_LOGITS = 4
+# The draft proposes only the token ids below this (BPE vocabularies number tokens in the order
+# their merges were learnt, so the frequent ones come first) and those its context has had: its
+# head then reads a fifth of its rows (FR-Spec, Zhao et al. 2025, which ranks by counted
+# frequency instead). Its proposals can only be wrong more often, never inexact.
+SHORTLIST = 32768
 
 
 class DraftModel:
@@ -33,6 +38,12 @@ class DraftModel:
         self.min_path_prob = min_path_prob  # the chain stops below this path probability
         self.sibling_min_prob = sibling_min_prob  # a sibling leaf needs this path probability
         self.siblings = siblings
+        self._proposable: np.ndarray | None = None  # which ids its head keeps (None: all)
+        if SHORTLIST < backend.vocab_size:
+            proposable = np.zeros(backend.vocab_size, dtype=bool)
+            proposable[:SHORTLIST] = True
+            if backend.keep_head_rows(np.flatnonzero(proposable)):
+                self._proposable = proposable
 
     def tune(self, costs: PassCosts) -> None:
         """A chain token must pay for its draft pass and its place in the target's pass; a
@@ -46,7 +57,18 @@ class DraftModel:
 
     def prefill(self, context: Sequence[int]) -> None:
         """Fill the cache for `context` now, out of the timed path."""
+        self._admit(context)
         self.backend.sync(context[:-1])
+
+    def _admit(self, tokens: Sequence[int]) -> None:
+        """Tokens it reads become ones it may propose (a rare new one copies its head again)."""
+        if self._proposable is None or not tokens:
+            return
+        ids = np.asarray(tokens)
+        new = ids[~self._proposable[ids]]
+        if new.size:
+            self._proposable[new] = True
+            self.backend.keep_head_rows(np.flatnonzero(self._proposable))
 
     def behind(self, context: Sequence[int]) -> int:
         return len(context) - common_prefix(self.backend.tokens, context[:-1])
@@ -57,6 +79,7 @@ class DraftModel:
         common = common_prefix(self.backend.tokens, context[:-1])
         self.backend.truncate(common)
         rest = list(context[common:])
+        self._admit(rest)
         if len(rest) > _READ_WITH_LOGITS:
             self.backend.sync(context[:-1])
             rest = rest[-1:]

@@ -47,6 +47,7 @@ class Hybrid:
         self._costs_version = -1  # the pass costs' version that `floor` and the model's tuning follow
         self.floor = 0.0  # lookup explores nothing less likely
         self._model_chain: list[int] = []  # the model's first choice at each level, last draft
+        self._model_ran = False  # did the model run for the last draft?
         self._idle = 0
         self._skipped = 0  # drafts since the model last ran
         self._probe_every = MODEL_PROBE_EVERY
@@ -57,7 +58,7 @@ class Hybrid:
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: np.random.Generator) -> Draft:
-        self._model_chain = []
+        self._model_chain, self._model_ran = [], False
         if self._costs_version != self.costs.version:
             self._follow_costs()
         tree = TokenTree()
@@ -78,7 +79,7 @@ class Hybrid:
             elif probe:
                 self._probe_every = min(2 * self._probe_every, _PROBE_MOST)
             if pays or probe:
-                self._skipped = 0
+                self._skipped, self._model_ran = 0, True
                 first_pass = self._first_pass(context, path)
                 start = time.perf_counter()
                 drafted = self.model.propose(context, k, sampling, generator,
@@ -184,3 +185,5 @@ class Hybrid:
                     break
                 following.append(chain[i] == known[i])
             self.acceptance.observe_model(chain[0] == known[0], following)
+        elif self._model_ran:  # it ran and was too unsure to draft: as good as a wrong guess
+            self.acceptance.observe_model(False, [])

@@ -42,8 +42,7 @@ class ModelTree:
         where greedy drafting stops (the path became too unlikely)."""
         if sampling.greedy:
             probs = softmax(logits)
-            top = np.argpartition(probs, -1 - siblings)[-1 - siblings:]
-            top = top[np.argsort(-probs[top], kind="stable")]
+            top = _largest(probs, 1 + siblings)
             top_p = probs[top]
             token, p = int(top[0]), float(top_p[0])
             if self._path * p < self.min_path_prob:
@@ -77,3 +76,14 @@ class ModelTree:
     def finish(self) -> Draft:
         self.draft.probs = np.stack(self._dists) if self._dists else None
         return self.draft
+
+
+def _largest(probs: np.ndarray, k: int) -> np.ndarray:
+    """The indices of the k largest, largest first, by k argmaxes: argpartition took 10 ms on a
+    vocabulary that is mostly zeros (a draft whose head keeps a shortlist, drafters/draft_model.py)."""
+    probs = probs.copy()
+    top = np.empty(k, dtype=np.int64)
+    for i in range(k):
+        top[i] = probs.argmax()
+        probs[top[i]] = -1.0
+    return top

@@ -200,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
             report["quality"] = summarize_quality(scored, engine_modes, baseline=modes[0])
     except EngineError as exc:  # a remote server that stopped answering
         raise _fail(str(exc)) from None
+    if not remote:
+        report["model"]["pass_cost_learned"] = engine.describe()["pass_cost"]
     table = format_table(report) if tasks else ""
     if quality_lines:
         table += format_quality(report["quality"])

@@ -140,7 +140,21 @@ def _plan_lines(model: dict) -> list[str]:
         return []
     steps = [f"{run['widths']} tokens: {run['kernel']}" + (f" on {run['threads']} threads" if run["threads"] else "")
              for run in plan]
-    return ["", "passes ran as: " + "; ".join(steps)]
+    return ["", "passes ran as: " + "; ".join(steps)] + _cost_lines(model)
+
+
+def _cost_lines(model: dict) -> list[str]:
+    """What passes cost by width: as calibration kept them, and as this run's timed passes
+    corrected them (engine/draft_length.py, PassCosts.observe)."""
+    kept, learned = (model.get("calibration") or {}).get("pass_cost"), model.get("pass_cost_learned")
+    if not kept or not learned:
+        return []
+    widths = [w for w in (1, 2, 4, 8, 16) if w < min(len(kept), len(learned))]
+
+    def ms(costs: list[float]) -> str:
+        return "/".join(f"{1000 * costs[w]:.0f}" for w in widths)
+    return [f"pass cost, ms at {'/'.join(map(str, widths))} tokens: kept {ms(kept)}, "
+            f"after this run's timed passes {ms(learned)}"]
 
 
 def _source_lines(modes: dict) -> list[str]:
