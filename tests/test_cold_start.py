@@ -193,6 +193,27 @@ def test_calibration_is_kept_and_a_corrupt_file_is_measured_again(monkeypatch, t
         calibrate.load_or_measure(model, 4, 1, "key")
 
 
+def test_pass_costs_corrected_by_decoding_are_kept_for_the_next_start(monkeypatch):
+    """The embedded model on the native backend: its calibration is kept at load; after
+    completions, the costs its timed passes corrected replace the kept ones, and the next
+    load starts from them."""
+    from engine.api import Request
+    from engine.engine import Engine
+    from tests.models import SMALL
+
+    monkeypatch.setattr(Engine, "KEEP_COSTS_EVERY", 20)
+    engine = Engine.load(SMALL, threads=2)
+    measured = list(engine.calibration.pass_cost)
+    prompt = stdlib_text("textwrap.py")[:1500]
+    while engine.costs.version < 20:
+        engine.complete(prompt, Request(max_new_tokens=16), "lookup")
+    kept = list(engine.costs.cost)
+    assert kept != measured
+    again = Engine.load(SMALL, threads=2)
+    assert again.costs.measured == pytest.approx(again.calibration.pass_cost)
+    assert again.calibration.pass_cost != measured and len(again.calibration.pass_cost) == len(measured)
+
+
 def test_converted_weights_round_trip_and_key_on_content(tmp_path):
     model_file = tmp_path / "model.gguf"
     model_file.write_bytes(bytes(range(256)) * 4096)

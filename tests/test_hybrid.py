@@ -125,3 +125,25 @@ def test_the_model_stops_running_where_its_runs_take_longer_than_its_pass_cost_s
             propose(hybrid, [1, 2, 3])
         assert model.calls <= most_calls and (seconds == 0.0) == (model.calls == 12), (seconds, model.calls)
     assert hybrid.draft_time_ratio < 1.0  # the instant model ran faster than timed
+
+
+class UnsureModel(ScriptedModel):
+    """Runs and drafts nothing: no token of its was worth what drafting it costs."""
+
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling, generator, prefix=()) -> Draft:
+        self.calls += 1
+        return Draft()
+
+
+def test_a_model_too_unsure_to_draft_stops_running():
+    """Its runs cost time and bring nothing: each counts as a wrong first guess, so on the
+    CPU's costs it soon runs only as an occasional probe."""
+    lookup = Lookup()
+    lookup.set_document("doc", DOCUMENT)
+    model = UnsureModel([])
+    hybrid = Hybrid(lookup, model, CPU, Acceptance())
+    for _ in range(40):
+        draft = propose(hybrid, [1, 2, 3])
+        hybrid.observe(draft, [], 5)
+    assert hybrid.acceptance.model_first < 0.3
+    assert model.calls < 12, model.calls
