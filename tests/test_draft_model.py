@@ -128,3 +128,18 @@ def test_draft_mode_output_equals_autoregressive_in_fp32(engine: Engine, prompt:
 def test_missing_draft_folder_is_a_clear_error(engine: Engine, tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="cannot read the embedded draft"):
         load_embedded_draft(engine.target, tmp_path)
+
+
+def test_on_the_default_native_target_it_loads_drafts_and_stays_exact() -> None:
+    """The embedded model as users run it (its own blocks, the native backend): the draft
+    shares the mapped embedding, its pass cost is timed through it at load, and its drafts
+    leave the output as plain decoding's."""
+    native = Engine.load(SMALL, draft="embedded", threads=2)
+    assert type(native.target).__name__ == "NativeLlama" and native.draft.backend.embed is native.target.embed
+    assert native.costs.draft_cost > 0
+    prompt = held_out_file().read_text(encoding="utf-8")[:1200]
+    ar = native.complete(prompt, Request(max_new_tokens=24), "ar").tokens
+    for mode in ("draft", "hybrid"):
+        got = native.complete(prompt, Request(max_new_tokens=24), mode)
+        assert got.tokens == ar, mode
+        assert got.stats.model_tested > 0, mode

@@ -229,6 +229,9 @@ class TorchLlama(ArrayCache):
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """Input vectors in the model's dtype (what a feature draft concatenates them with)."""
+        if isinstance(self.embed, BlockMatrix):  # a native target's rows, shared (the embedded draft)
+            rows = self.embed.rows(ids.tolist()) if self.native is None else self.native.embed(self.embed, ids.tolist())
+            return torch.from_numpy(rows).to(self.dtype)
         if isinstance(self.embed, QUANTIZED):
             return self.embed.embed(ids).to(self.dtype)
         return self.embed[ids]
