@@ -58,6 +58,8 @@ class Calibration:
     kernel_tokens_per_s: dict[str, float] = field(default_factory=dict)  # each candidate's rate
     prefill_copy: bool = False  # a resident copy of the matrices (in copy_kernel's dtype) is kept
     copy_kernel: str | None = None  # for prefill or for wide decoding passes
+    # how many timed decoding passes have corrected pass_cost since, by width (PassCosts.timed)
+    timed_passes: list[float] = field(default_factory=list)
 
     def apply(self, backend: Backend) -> None:
         if hasattr(backend, "use_prefill_kernel"):

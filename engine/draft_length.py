@@ -33,9 +33,11 @@ FIM_SUFFIX = 2 * len(MATCH_BUCKETS)
 LOOKUP_PRIORS = (0.25, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95)
 # Draft-model calibration buckets by its own probability of the token.
 MODEL_BUCKETS = (0.0, 0.4, 0.7, 0.9)
-# Pass widths whose costs the timed passes correct (interpolated between), the share of the
-# log error one pass moves them by, and the largest log error one pass counts with (2x).
+# Pass widths whose costs the timed passes correct (interpolated between), how many timed
+# passes the kept costs count as, the least share of the log error one pass moves them by, and
+# the largest log error one pass counts with (2x).
 _KNOTS = (1, 2, 4, 8, 16)
+_PRIOR = 2.0
 _LEARN = 0.1
 _CLIP = math.log(2.0)
 
@@ -57,7 +59,8 @@ class PassCosts:
     passes at 1.9x and 2.2x what they took in decoding, and so kept drafts short for good."""
 
     def __init__(self, pass_cost: Sequence[float] | None = None, draft_cost: float = 0.0,
-                 learn: bool = False):
+                 learn: bool = False, timed: Sequence[float] = ()):
+        """timed: how many passes had corrected the kept costs at each of _KNOTS (`timed`)."""
         cost = list(pass_cost) if pass_cost and len(pass_cost) > 2 else [0.0, 1.0, 1.0]
         self.measured = _monotone(cost)
         self.draft_cost = draft_cost
@@ -68,26 +71,48 @@ class PassCosts:
         # stays and its level moves.
         self._knots = [w for w in _KNOTS if w <= last] or [1]
         self._log_factor = [0.0] * len(self._knots)
+        # passes timed at each knot (one between two knots counts for both, in shares)
+        self._timed = list(timed) if len(timed) == len(self._knots) else [0.0] * len(self._knots)
         self.version = 0  # counts corrections: what derives from the costs is refreshed on a change
         self._apply()
 
     def observe(self, width: int, seconds: float) -> None:
         """A verification pass over `width` tokens took `seconds`: move the costs at the widths
-        around it toward that, a step of _LEARN of the (clipped) log error at a time, so a pass
-        slowed by something else running moves them little."""
+        around it toward that by the (clipped) log error, a step of at least _LEARN: a running
+        mean over the first passes, so that a few wide passes correct a width's cost, and a
+        step of _LEARN after, so a pass slowed by something else running moves it little."""
         if not self.learn or seconds <= 0 or not 1 <= width < len(self.cost):
             return
         error = max(-_CLIP, min(_CLIP, math.log(seconds / self.cost[width])))
         i = bisect_right(self._knots, width) - 1
         if self._knots[i] == width or i == len(self._knots) - 1:
-            self._log_factor[i] += _LEARN * error
+            shares = [(i, 1.0)]
         else:
-            low, high = self._knots[i], self._knots[i + 1]
-            share = (width - low) / (high - low)
-            self._log_factor[i] += _LEARN * (1 - share) * error
-            self._log_factor[i + 1] += _LEARN * share * error
+            share = (width - self._knots[i]) / (self._knots[i + 1] - self._knots[i])
+            shares = [(i, 1 - share), (i + 1, share)]
+        for knot, share in shares:
+            # a running mean of the errors (the kept cost counting as _PRIOR passes) until it
+            # weighs them less than an average with a fixed step would
+            self._timed[knot] += share
+            self._log_factor[knot] += share * max(_LEARN, 1 / (self._timed[knot] + _PRIOR)) * error
         self._apply()
         self.version += 1
+
+    @property
+    def timed(self) -> list[float]:
+        """How many timed passes have corrected the costs at each of the widths _KNOTS."""
+        return list(self._timed)
+
+    def untimed_width(self, enough: float) -> int | None:
+        """The narrowest width, wider than every one that `enough` timed passes have corrected,
+        that fewer have (None: there is none, or nothing is learnt). Decoding seldom chooses
+        passes that the costs price high, so such a width is timed only if a pass is made that
+        wide on purpose."""
+        if not self.learn:
+            return None
+        timed = [i for i, n in enumerate(self._timed) if n >= enough]
+        after = timed[-1] + 1 if timed else len(self._knots)
+        return self._knots[after] if after < len(self._knots) else None
 
     def _apply(self) -> None:
         factors = [0.0] + [math.exp(_interpolate(self._knots, self._log_factor, w))

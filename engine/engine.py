@@ -36,9 +36,9 @@ class Engine:
 
     def __init__(self, target: Backend, tokenizer: Tokenizer, draft: ModelDrafter | None = None,
                  max_nodes: int = MAX_NODES, pass_cost: list[float] | None = None, draft_cost: float = 0.0,
-                 learn_costs: bool = False):
+                 learn_costs: bool = False, timed_passes: Sequence[float] = ()):
         """pass_cost, draft_cost: seconds (engine/draft_length.py); with `learn_costs`, timed
-        passes correct them."""
+        passes correct them (`timed_passes` had corrected them before)."""
         self.target = target
         self.tokenizer = tokenizer
         self.acceptance = Acceptance()  # how often each source's drafts are accepted: learnt
@@ -46,7 +46,7 @@ class Engine:
         self.lookup = Lookup(self.acceptance, fim=(fim.suffix, fim.middle) if fim else None)
         self.draft = draft  # a draft model (mode "draft", and the model half of "hybrid")
         self.max_nodes = max_nodes
-        self.costs = PassCosts(pass_cost, draft_cost, learn=learn_costs)
+        self.costs = PassCosts(pass_cost, draft_cost, learn=learn_costs, timed=timed_passes)
         self.healer = Healer(tokenizer)
         self.vocabulary = Vocabulary(frozenset(tokenizer.eos_ids), tokenizer.decode, self.healer)
         self.calibration: Calibration | None = None  # set by `load`: kernels and pass costs
@@ -72,7 +72,8 @@ class Engine:
         calibration = load_or_measure(target, cls.K_MAX + 1, max_threads, key)
         draft_cost = 0.0 if drafter is None else _draft_pass_cost(drafter.backend, max_threads)
         engine = cls(target, tokenizer, drafter, _exact_width(calibration, cls.MAX_NODES + 1) - 1,
-                     pass_cost=calibration.pass_cost, draft_cost=draft_cost, learn_costs=True)
+                     pass_cost=calibration.pass_cost, draft_cost=draft_cost, learn_costs=True,
+                     timed_passes=calibration.timed_passes)
         engine.calibration, engine.dtype, engine._calibration_key = calibration, dtype, key
         target.prefill_estimate = calibration.prefill_tokens_per_s
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
@@ -218,7 +219,7 @@ class Engine:
         if self._calibration_key is None or self.costs.version < self._kept_costs + self.KEEP_COSTS_EVERY:
             return
         self._kept_costs = self.costs.version
-        self.calibration.pass_cost = list(self.costs.cost)
+        self.calibration.pass_cost, self.calibration.timed_passes = list(self.costs.cost), self.costs.timed
         keep(self.calibration, self._calibration_key)
 
     def _drafter(self, mode: str) -> Hybrid:

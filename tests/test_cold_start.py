@@ -196,7 +196,7 @@ def test_calibration_is_kept_and_a_corrupt_file_is_measured_again(monkeypatch, t
 def test_pass_costs_corrected_by_decoding_are_kept_for_the_next_start(monkeypatch):
     """The embedded model on the native backend: its calibration is kept at load; after
     completions, the costs its timed passes corrected replace the kept ones, and the next
-    load starts from them."""
+    load starts from them, knowing how many passes corrected each width."""
     from engine.api import Request
     from engine.engine import Engine
     from tests.models import SMALL
@@ -212,6 +212,7 @@ def test_pass_costs_corrected_by_decoding_are_kept_for_the_next_start(monkeypatc
     again = Engine.load(SMALL, threads=2)
     assert again.costs.measured == pytest.approx(again.calibration.pass_cost)
     assert again.calibration.pass_cost != measured and len(again.calibration.pass_cost) == len(measured)
+    assert again.costs.timed == pytest.approx(engine.costs.timed) and sum(engine.costs.timed) >= 20
 
 
 def test_converted_weights_round_trip_and_key_on_content(tmp_path):

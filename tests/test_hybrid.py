@@ -147,3 +147,31 @@ def test_a_model_too_unsure_to_draft_stops_running():
         hybrid.observe(draft, [], 5)
     assert hybrid.acceptance.model_first < 0.3
     assert model.calls < 12, model.calls
+
+
+def test_wide_passes_are_made_now_and_then_until_their_costs_are_timed(monkeypatch):
+    """A kept calibration that priced wide passes at twice their cost (as one timed at a first
+    start under load did: 330 / 548 ms for 8 / 16 tokens that take 174 / 249) is corrected,
+    because every EXPLORE_EVERY drafts one is made as wide as a width not yet timed enough; it
+    stays wrong where wide passes are never made."""
+    from engine.drafters import hybrid as hybrid_module
+    from tests.test_sampling import KEPT, TIMED
+
+    true = [0.0] + [ms / 1000 for ms in TIMED] + [0.249 + 0.017 * w for w in range(1, 10)]
+    widest, every = {}, hybrid_module.EXPLORE_EVERY
+    for explore in (every, 10 ** 9):
+        monkeypatch.setattr(hybrid_module, "EXPLORE_EVERY", explore)
+        costs = PassCosts([0.0] + [ms / 1000 for ms in KEPT], learn=True)
+        lookup = Lookup()
+        lookup.set_document("doc", DOCUMENT)
+        hybrid = Hybrid(lookup, None, costs, Acceptance())
+        widths = []
+        for _ in range(800):
+            draft = propose(hybrid, [1] + DOCUMENT[:12])
+            widths.append(len(draft) + 1)
+            hybrid.observe(draft, [], DOCUMENT[12], true[len(draft) + 1])
+        widest[explore] = max(widths)
+        for width in (8, 16):
+            error = costs.verify(width) / true[width]
+            assert (error < 1.15) if explore == every else (error > 1.5), (explore, width, error)
+    assert widest[every] >= 16 > widest[10 ** 9]

@@ -81,11 +81,14 @@ def test_timed_passes_correct_a_calibration_that_priced_wide_passes_too_high():
 def test_one_slow_pass_moves_the_costs_little_and_unlearnt_costs_never():
     costs = PassCosts([0.0] + [ms / 1000 for ms in TIMED], learn=True)
     before = costs.verify(4)
+    for _ in range(20):
+        costs.observe(4, before)
     costs.observe(4, 50 * before)  # something else ran
     assert before < costs.verify(4) < 1.08 * before
     fixed = PassCosts([0.0] + [ms / 1000 for ms in TIMED])
     fixed.observe(4, 50 * before)
     assert fixed.verify(4) == before and fixed.version == 0
+    assert costs.version == 21
 
 
 def test_chain_length_follows_acceptance_and_draft_cost():

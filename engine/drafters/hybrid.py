@@ -31,6 +31,11 @@ from engine.drafters.lookup import Lookup
 from engine.drafters.tree import TokenTree
 
 PROBE_EVERY = 4  # while nothing pays, still verify the best node every this many passes
+# Every this many passes, while the costs of some pass width have been timed fewer than
+# _TIMED_ENOUGH times, a pass is made that wide where the tree has the nodes (so a kept
+# calibration that priced wide passes high is corrected, not kept for good).
+EXPLORE_EVERY = 32
+_TIMED_ENOUGH = 12
 MODEL_PROBE_EVERY = 4  # and run the draft model after this many drafts without it,
 _PROBE_MOST = 64  # twice as many after each such run, up to this many
 _LAG = 8  # most unread tokens a model run is charged for
@@ -49,6 +54,7 @@ class Hybrid:
         self._model_chain: list[int] = []  # the model's first choice at each level, last draft
         self._model_ran = False  # did the model run for the last draft?
         self._idle = 0
+        self._drafts = 0
         self._skipped = 0  # drafts since the model last ran
         self._probe_every = MODEL_PROBE_EVERY
         # What model runs really took over what their passes were predicted to take (the
@@ -93,6 +99,10 @@ class Hybrid:
         if best_prefix([tree.nodes[i].chance for i in tree.ranked()[:1]], self.costs, spent)[0] == 0:
             self._idle += 1
             keep = 1 if self._idle % PROBE_EVERY == 0 else 0
+        self._drafts += 1
+        if self._drafts % EXPLORE_EVERY == 0:
+            untimed = self.costs.untimed_width(_TIMED_ENOUGH)
+            keep = max(keep, untimed - 1 if untimed else 0)  # a pass of `untimed` tokens
         return tree.select(self.costs, spent, self.max_nodes, keep=keep)
 
     def _follow_costs(self) -> None:
