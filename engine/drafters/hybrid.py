@@ -31,16 +31,16 @@ from engine.drafters.lookup import Lookup
 from engine.drafters.tree import TokenTree
 
 PROBE_EVERY = 4  # while nothing pays, still verify the best node every this many passes
-# Every this many passes, while the costs of some pass width have been timed fewer than
-# _TIMED_ENOUGH times, a pass is made that wide where the tree has the nodes (so a kept
-# calibration that priced wide passes high is corrected, not kept for good).
-EXPLORE_EVERY = 32
-_TIMED_ENOUGH = 12
 MODEL_PROBE_EVERY = 4  # and run the draft model after this many drafts without it,
 _PROBE_MOST = 64  # twice as many after each such run, up to this many
 _LAG = 8  # most unread tokens a model run is charged for
 _CHECKED = 8  # most tokens of lookup's likeliest path the model reads before drafting on
 _RATE = 0.2  # weight of each model run in the running ratio of its actual to predicted time
+# Every this many passes, while the costs of some pass width have been timed fewer than
+# _TIMED_ENOUGH times, a pass is made that wide where the tree has the nodes (so a kept
+# calibration that priced wide passes high is corrected, not kept for good).
+EXPLORE_EVERY = 32
+_TIMED_ENOUGH = 12
 
 
 class Hybrid:
@@ -54,7 +54,7 @@ class Hybrid:
         self._model_chain: list[int] = []  # the model's first choice at each level, last draft
         self._model_ran = False  # did the model run for the last draft?
         self._idle = 0
-        self._drafts = 0
+        self._drafts = 0  # for EXPLORE_EVERY
         self._skipped = 0  # drafts since the model last ran
         self._probe_every = MODEL_PROBE_EVERY
         # What model runs really took over what their passes were predicted to take (the
