@@ -13,6 +13,7 @@ import pytest
 from engine.api import Request, Sampling
 from engine.decoding import Vocabulary, generate_speculative
 from engine.draft_length import Acceptance, PassCosts
+from engine.drafters import draft_model
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.hybrid import Hybrid
 from engine.drafters.lookup import Lookup
@@ -49,13 +50,16 @@ def chi_square(counts: np.ndarray, expected_p: np.ndarray) -> tuple[float, int]:
     return stat, int(keep.sum()) - 1
 
 
-def sample_pairs(target, lookup=None, model=None) -> np.ndarray:
-    """Unmeasured (flat) pass costs: drafts as long as they are likely at all."""
+def sample_pairs(target, lookup=None, model=None, new_model=None) -> np.ndarray:
+    """Unmeasured (flat) pass costs: drafts as long as they are likely at all. `new_model`
+    makes a draft model for each run instead."""
     drafter = Hybrid(lookup, model, PassCosts(), Acceptance())
     vocab = target.vocab_size
     counts = np.zeros(vocab * vocab)
     rejected = 0
     for seed in range(RUNS):
+        if new_model is not None:
+            drafter = Hybrid(lookup, new_model(), PassCosts(), Acceptance())
         request = Request(max_new_tokens=2, sampling=Sampling(temperature=1.0, seed=seed))
         gen = generate_speculative(target, drafter, PROMPT, request, VOCABULARY, max_depth=4)
         counts[gen.tokens[0] * vocab + gen.tokens[1]] += 1
@@ -74,6 +78,22 @@ def test_draft_model_sampling_matches_target(models):
     exact = exact_pair_distribution(target, SAMPLING)
     stat, df = chi_square(sample_pairs(target, model=DraftModel(draft)), exact)
     assert stat < chi_square_critical(df), f"chi2={stat:.1f} df={df}"
+
+
+def test_a_draft_whose_head_keeps_a_shortlist_samples_as_the_target(models, monkeypatch):
+    """Its head keeps ids 0-3 and those it has read (1, 2, 5, 7 of the prompt), so its q is zero
+    at 4 and 6 when it drafts the first token: the target's residual must supply them. A new
+    draft for each run, so that tokens generated earlier do not widen its shortlist."""
+    monkeypatch.setattr(draft_model, "SHORTLIST", 4)
+    target, _ = models
+    draft = random_llama(seed=2)  # its own: the shortlist changes what its head computes
+    model = DraftModel(draft)
+    model.prefill(PROMPT)
+    assert draft.head_rows.tolist() == [0, 1, 2, 3, 5, 7]
+    exact = exact_pair_distribution(target, SAMPLING)
+    stat, df = chi_square(sample_pairs(target, new_model=lambda: DraftModel(draft)), exact)
+    assert stat < chi_square_critical(df), f"chi2={stat:.1f} df={df}"
+    assert exact.sum(axis=1)[[4, 6]].min() > 0.02  # the target does choose tokens the draft cannot
 
 
 def test_feature_draft_sampling_matches_target(models):

@@ -128,10 +128,11 @@ class TorchLlama(ArrayCache):
 
         self.embed = matrix(t["embed"], lookup=True)
         self.head = self.embed if c.tie_embeddings else matrix(t["lm_head"], lookup=True)
-        self.head_rows = None if head_rows is None else head_rows.to(self.device)
-        if self.head_rows is not None:
-            self.head = (self.head.select(self.head_rows) if isinstance(self.head, QUANTIZED)
-                         else self.head[self.head_rows].contiguous())
+        # every row of the head, which `keep_head_rows` chooses from (None: rows were given)
+        self._all_rows = self.head if head_rows is None else None
+        self.head_rows = None
+        if head_rows is not None:
+            self._choose_rows(self.head, head_rows.to(self.device))
 
         def optional(name: str) -> torch.Tensor | None:
             return cast(t[name]) if name in t else None
@@ -368,6 +369,21 @@ class TorchLlama(ArrayCache):
         gate, up = linear(h, layer.w_gate_up, None, dequantize).chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    def _choose_rows(self, rows: Weight, ids: torch.Tensor) -> None:
+        self.head = rows.select(ids) if isinstance(rows, QUANTIZED) else rows[ids].contiguous()
+        self.head_rows = ids
+
+    def keep_head_rows(self, ids: np.ndarray) -> bool:
+        """As NativeLlama's: the head becomes a copy of these rows (of those limit_vocab kept).
+        Not for a head built with chosen rows, nor beside a resident copy for wide passes."""
+        if self._all_rows is None or self._copy_head is not None:
+            return False
+        ids = np.asarray(ids, dtype=np.int64)
+        self._choose_rows(self._all_rows, torch.from_numpy(ids[ids < self._all_rows.shape[0]]).to(self.device))
+        if self.native is not None:
+            self.native.set_head(self.head)
+        return True
+
     def limit_vocab(self, real: int, width: int | None = None) -> None:
         """Tokens from `real` on (rows that pad the embedding past the tokenizer) get -inf
         logits, so they are never chosen; logits are `width` wide (default: unchanged), so a
@@ -377,7 +393,7 @@ class TorchLlama(ArrayCache):
         width = width or self.vocab_size
         keep = min(real, width)
         if keep < self.vocab_size:  # keep a prefix of the rows: a view, not a copy
-            self.head = self.head.prefix(keep) if isinstance(self.head, QUANTIZED) else self.head[:keep]
+            self.head = self._all_rows = self.head.prefix(keep) if isinstance(self.head, QUANTIZED) else self.head[:keep]
             if self._copy_head is not None:
                 self._copy_head = self._copy_head[:keep]
             if self.native is not None:
