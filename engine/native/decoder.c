@@ -309,16 +309,23 @@ static void product_rows(Pass *p, int step, const Matrix *w, const Acts *x, floa
 }
 
 /* Tokens in chunks: each quantized. */
+/* Tokens per claim: whole groups where the AMX route lays them out as tiles (acts_quantize),
+   else one. */
+static int tokens_per_claim(const Acts *a) { return a->tiles ? TILE_T : 1; }
+
 static void quantize_tokens(Pass *p, int step, Acts *a) {
-  for (int t; (t = claim(p, step, p->T)) >= 0;) acts_quantize(a, t, t + 1);
+  const int n = tokens_per_claim(a);
+  for (int c; (c = claim(p, step, (p->T + n - 1) / n)) >= 0;)
+    acts_quantize(a, c * n, (c + 1) * n < p->T ? (c + 1) * n : p->T);
 }
 
 /* Tokens in chunks: each normalized (x -> h) and quantized. */
 static void norm_tokens(Pass *p, int step, const float *weight) {
-  const int D = p->m->dim;
-  for (int t; (t = claim(p, step, p->T)) >= 0;) {
-    rms_norm(p->x + (size_t)t * D, weight, D, p->m->eps, p->h + (size_t)t * D);
-    acts_quantize(&p->normed, t, t + 1);
+  const int D = p->m->dim, n = tokens_per_claim(&p->normed);
+  for (int c; (c = claim(p, step, (p->T + n - 1) / n)) >= 0;) {
+    const int t0 = c * n, t1 = t0 + n < p->T ? t0 + n : p->T;
+    for (int t = t0; t < t1; t++) rms_norm(p->x + (size_t)t * D, weight, D, p->m->eps, p->h + (size_t)t * D);
+    acts_quantize(&p->normed, t0, t1);
   }
 }
 

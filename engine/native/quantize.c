@@ -117,11 +117,14 @@ static void quantize_blocks(const Acts *a, int t) {
     for (int j = b; j < end; j += 32) round32(x + j, inverse, q + j);
     scale[b / ACT_BLOCK] = d;
   }
-  for (int g = 0; g < S; g++) {
-    int sum = 0;
-    for (int j = 16 * g; j < 16 * g + 16 && j < K; j++) sum += q[j];
-    qsums[g] = (int16_t)sum;
+  for (int j = 0; j < K; j += 32) { /* sums of 16 bytes, as unsigned ones less 16 * 128 */
+    const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + j)), _mm256_set1_epi8(-128));
+    int64_t lanes[4]; /* of 8 bytes each */
+    _mm256_storeu_si256((__m256i *)lanes, _mm256_sad_epu8(u, _mm256_setzero_si256()));
+    qsums[j / 16] = (int16_t)(lanes[0] + lanes[1] - 16 * 128);
+    qsums[j / 16 + 1] = (int16_t)(lanes[2] + lanes[3] - 16 * 128);
   }
+  for (int g = K / 16; g < S; g++) qsums[g] = 0; /* read 8 at a time */
   const size_t group = (size_t)t / TILE_T, i = (size_t)t % TILE_T;
   for (int b = 0; b < B; b++) {
     int32_t *pairs = a->block_qsums + (group * B + b) * 4 * TILE_T;
@@ -131,9 +134,29 @@ static void quantize_blocks(const Acts *a, int t) {
     }
     a->block_scales[(group * B + b) * TILE_T + i] = scale[b];
   }
-  if (!a->tiles) return;
-  int8_t *tiles = a->tiles + group * TILE_T * K;
-  for (int j = 0; j < K; j += 4) memcpy(tiles + (size_t)j * TILE_T + 4 * i, q + j, 4); /* [unit][k4] rows */
+}
+
+/* The tiles of the tokens t0..t1-1 (whole groups, the pass's last one possibly short), from
+   their kq rows: each 4 columns of a group's 16 tokens make one 64-byte tile row ([unit][k4]).
+   A thread writes whole lines (gathered), so no two threads write to the same ones. */
+static void lay_tiles(const Acts *a, int t0, int t1) {
+  const int K = a->cols;
+  for (int g0 = t0; g0 < t1; g0 += TILE_T) {
+    const int n = t1 - g0 < TILE_T ? t1 - g0 : TILE_T;
+    int8_t *tiles = a->tiles + (size_t)g0 * K;
+    const int8_t *q = a->kq + (size_t)g0 * K;
+#if defined(__AVX512F__)
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(K));
+    const __mmask16 kept = (__mmask16)((1u << n) - 1); /* missing tokens stay zero (acts_init) */
+    for (int j = 0; j < K; j += 4)
+      _mm512_store_si512(tiles + (size_t)j * TILE_T,
+                         _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kept, rows, q + j, 1));
+#else /* no AMX without AVX-512: never run, kept for the build */
+    for (int i = 0; i < n; i++)
+      for (int j = 0; j < K; j += 4) memcpy(tiles + (size_t)j * TILE_T + 4 * i, q + (size_t)i * K + j, 4);
+#endif
+  }
 }
 
 void acts_quantize(Acts *a, int t0, int t1) {
@@ -141,4 +164,5 @@ void acts_quantize(Acts *a, int t0, int t1) {
     if (a->forms & LANES) quantize_lanes(a, t);
     if (a->forms & BLOCKS) quantize_blocks(a, t);
   }
+  if (a->tiles && (a->forms & BLOCKS)) lay_tiles(a, t0, t1);
 }
