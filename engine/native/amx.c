@@ -90,37 +90,54 @@ static void configure(Layout layout) {
   _tile_loadconfig(&c);
 }
 
-/* level * the multipliers of a unit's two halves (16 columns each), as bytes: a 16-bit product
-   of two bytes' lane, with no carry from the low byte (each product < 256). */
-ALWAYS_INLINE __m256i times(__m256i levels, int first, int second) {
-  return _mm256_mullo_epi16(levels, _mm256_set_m128i(_mm_set1_epi16((short)second), _mm_set1_epi16((short)first)));
+/* Lane values of `v` (16 x int16, one per 16 columns of a super-block) spread over unit k's
+   32 columns: the first half's value in its 16 lanes, the second's in the others. */
+ALWAYS_INLINE __m256i unit_lanes(__m256i v, int k) {
+  return _mm256_permutexvar_epi16(_mm256_set_m128i(_mm_set1_epi16((short)(2 * k + 1)), _mm_set1_epi16((short)(2 * k))), v);
 }
+
+/* level * each column's multiplier (16-bit lanes), as bytes: a 16-bit product of two bytes' lane,
+   with no carry from the low byte (each product < 256). */
+ALWAYS_INLINE __m256i times(__m256i levels, __m256i multipliers) { return _mm256_mullo_epi16(levels, multipliers); }
 
 ALWAYS_INLINE void fold_row(const Part *p, int format, int K, int row, uint8_t *out) {
   const int planes = format == Q6_K ? 5 : 3;
   float *d = (float *)(out + planes * (size_t)K), *dmin = d + K / 256;
+  const __m256i byte_twice = _mm256_set1_epi16(0x0101); /* a value < 256 in both bytes of its lane */
   for (int j = 0; j < K; j += 256) {
     const uint8_t *b = block_at(p, format, row, j);
     Scales s;
     read_scales(p, format, b, row, K, j, &s, NULL);
     d[j / 256] = s.d;
     if (format != Q6_K) dmin[j / 256] = s.dmin;
+    const __m256i ints = _mm256_loadu_si256((const __m256i *)s.ints);
+    if (format != Q6_K) { /* one scale and min per 32 columns, each twice in Scales */
+      const __m256i hi = _mm256_srli_epi16(ints, 3), lo = _mm256_and_si256(ints, _mm256_set1_epi16(7));
+      const __m256i mins = _mm256_mullo_epi16(_mm256_loadu_si256((const __m256i *)s.mints), byte_twice);
+      for (int k = 0; k < 8; k++) {
+        const __m256i levels = read_levels(format, b, k);
+        uint8_t *at = out + j + 32 * k;
+        _mm256_store_si256((__m256i *)at, times(levels, unit_lanes(hi, k)));
+        _mm256_store_si256((__m256i *)(at + K), times(levels, unit_lanes(lo, k)));
+        _mm256_store_si256((__m256i *)(at + 2 * K), unit_lanes(mins, k));
+      }
+      continue;
+    }
+    /* Q6_K: the base-4 digits of each scale's low 6 bits (two's complement), its signed top
+       digit (-2..1) as a magnitude and a sign, and the scale itself, as bytes */
+    const __m256i top = _mm256_srai_epi16(ints, 6), three = _mm256_set1_epi16(3);
+    const __m256i digits[3] = {_mm256_and_si256(ints, three), _mm256_and_si256(_mm256_srli_epi16(ints, 2), three),
+                               _mm256_and_si256(_mm256_srli_epi16(ints, 4), three)};
+    const __m256i magnitude = _mm256_abs_epi16(top);
+    const __m256i signs = _mm256_mullo_epi16(_mm256_and_si256(top, _mm256_set1_epi16(0xff)), byte_twice);
+    const __m256i scales = _mm256_mullo_epi16(_mm256_and_si256(ints, _mm256_set1_epi16(0xff)), byte_twice);
     for (int k = 0; k < 8; k++) {
       const __m256i levels = read_levels(format, b, k);
-      const int lo = s.ints[2 * k], hi = s.ints[2 * k + 1]; /* the two halves' scales */
       uint8_t *at = out + j + 32 * k;
-      if (format != Q6_K) { /* one scale per 32 columns */
-        _mm256_store_si256((__m256i *)at, times(levels, lo >> 3, lo >> 3));
-        _mm256_store_si256((__m256i *)(at + K), times(levels, lo & 7, lo & 7));
-        _mm256_store_si256((__m256i *)(at + 2 * K), _mm256_set1_epi8((char)s.mints[2 * k]));
-        continue;
-      }
-      for (int i = 0; i < 3; i++) /* the digits of sc's low 6 bits (two's complement) */
-        _mm256_store_si256((__m256i *)(at + i * K), times(levels, (lo >> 2 * i) & 3, (hi >> 2 * i) & 3));
-      const int top_lo = lo >> 6, top_hi = hi >> 6; /* -2..1 */
-      const __m256i signs = _mm256_set_m128i(_mm_set1_epi8((char)top_hi), _mm_set1_epi8((char)top_lo));
-      _mm256_store_si256((__m256i *)(at + 3 * K), _mm256_sign_epi8(times(levels, abs(top_lo), abs(top_hi)), signs));
-      _mm256_store_si256((__m256i *)(at + 4 * K), _mm256_set_m128i(_mm_set1_epi8((char)hi), _mm_set1_epi8((char)lo)));
+      for (int i = 0; i < 3; i++) _mm256_store_si256((__m256i *)(at + i * K), times(levels, unit_lanes(digits[i], k)));
+      _mm256_store_si256((__m256i *)(at + 3 * K),
+                         _mm256_sign_epi8(times(levels, unit_lanes(magnitude, k)), unit_lanes(signs, k)));
+      _mm256_store_si256((__m256i *)(at + 4 * K), unit_lanes(scales, k));
     }
   }
 }
