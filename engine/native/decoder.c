@@ -129,15 +129,44 @@ static void swiglu(const float *gate, const float *up, int n, float *act) {
    model * head_dim]. */
 enum { ATTN_TOKENS = 4, VALUE_ROWS = 64 };
 
+/* Attention's vectors: 16 floats where AVX-512 runs, else 8 (head dims are multiples of 16).
+   A score sums its vector's lanes in a fixed tree, so it is the same number at every pass width
+   on one machine; each value lane adds its rows in order, as on the other width. */
+#if defined(__AVX512F__)
+enum { VEC = 16 };
+typedef __m512 Vec;
+static inline Vec vec_bf16(const uint16_t *p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+static inline float vec_sum(Vec v) {
+  return sum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+#define vec_load _mm512_loadu_ps
+#define vec_store _mm512_storeu_ps
+#define vec_fma _mm512_fmadd_ps
+#define vec_set1 _mm512_set1_ps
+#define vec_zero _mm512_setzero_ps
+#else
+enum { VEC = 8 };
+typedef __m256 Vec;
+#define vec_bf16 load_bf16x8
+#define vec_sum sum8
+#define vec_load _mm256_loadu_ps
+#define vec_store _mm256_storeu_ps
+#define vec_fma _mm256_fmadd_ps
+#define vec_set1 _mm256_set1_ps
+#define vec_zero _mm256_setzero_ps
+#endif
+
 /* Which of the tokens t0..t0+B-1 see position j (sees[b]); if any does, the cache row at j
    (keys or values) as float32 in `row`. */
 static inline __attribute__((always_inline)) int row_seen(const uint16_t *rows, int j, int hd, int start, int T,
                                                           int t0, int B,
-                           const uint8_t *local, int sees[], __m256 row[]) {
+                           const uint8_t *local, int sees[], Vec row[]) {
   int any = 0;
   for (int b = 0; b < B; b++) any |= sees[b] = j < start || local[(t0 + b) * T + (j - start)];
   if (any)
-    for (int d = 0; d < hd / 8; d++) row[d] = load_bf16x8(rows + (size_t)j * hd + 8 * d);
+    for (int d = 0; d < hd / VEC; d++) row[d] = vec_bf16(rows + (size_t)j * hd + VEC * d);
   return any;
 }
 
@@ -154,16 +183,16 @@ static inline __attribute__((always_inline)) void attend_hd(const Model *m, int 
   float best[ATTN_TOKENS][MAX_GROUP], total[ATTN_TOKENS][MAX_GROUP];
   for (int b = 0; b < B; b++)
     for (int h = 0; h < heads; h++) best[b][h] = -INFINITY;
-  __m256 row[MAX_HEAD_DIM / 8];
+  Vec row[MAX_HEAD_DIM / VEC];
   for (int j = 0; j < start + T; j++) {
     if (!row_seen(k, j, hd, start, T, t0, B, local, sees, row)) continue;
     for (int b = 0; b < B; b++) {
       if (!sees[b]) continue;
       const float *q = qkv + (size_t)(t0 + b) * nqkv + kv_head * heads * hd;
       for (int h = 0; h < heads; h++) {
-        __m256 dot = _mm256_setzero_ps();
-        for (int d = 0; d < hd / 8; d++) dot = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + 8 * d), row[d], dot);
-        float score = sum8(dot) * scale;
+        Vec dot = vec_zero();
+        for (int d = 0; d < hd / VEC; d++) dot = vec_fma(vec_load(q + h * hd + VEC * d), row[d], dot);
+        float score = vec_sum(dot) * scale;
         scores[(size_t)(b * heads + h) * stride + count[b]] = score;
         best[b][h] = score > best[b][h] ? score : best[b][h];
       }
@@ -193,7 +222,7 @@ static inline __attribute__((always_inline)) void attend_hd(const Model *m, int 
     int rows = 0;
     for (int j = j0; j < j0 + VALUE_ROWS && j < start + T; j++) {
       if (!row_seen(v, j, hd, start, T, t0, B, local, sees, row)) continue;
-      for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(values + (size_t)rows * hd + 8 * d, row[d]);
+      for (int d = 0; d < hd / VEC; d++) vec_store(values + (size_t)rows * hd + VEC * d, row[d]);
       for (int b = 0; b < B; b++) seen_by[rows][b] = (uint8_t)sees[b];
       rows++;
     }
@@ -202,16 +231,15 @@ static inline __attribute__((always_inline)) void attend_hd(const Model *m, int 
       for (int h = 0; h < heads; h++) {
         const float *probs = scores + (size_t)(b * heads + h) * stride + at[b];
         float *a = acc + (size_t)(b * heads + h) * hd;
-        __m256 sum[MAX_HEAD_DIM / 8];
-        for (int d = 0; d < hd / 8; d++) sum[d] = _mm256_loadu_ps(a + 8 * d);
+        Vec sum[MAX_HEAD_DIM / VEC];
+        for (int d = 0; d < hd / VEC; d++) sum[d] = vec_load(a + VEC * d);
         used = 0;
         for (int r = 0; r < rows; r++) {
           if (!seen_by[r][b]) continue;
-          const __m256 p = _mm256_set1_ps(probs[used++]);
-          for (int d = 0; d < hd / 8; d++)
-            sum[d] = _mm256_fmadd_ps(p, _mm256_loadu_ps(values + (size_t)r * hd + 8 * d), sum[d]);
+          const Vec p = vec_set1(probs[used++]);
+          for (int d = 0; d < hd / VEC; d++) sum[d] = vec_fma(p, vec_load(values + (size_t)r * hd + VEC * d), sum[d]);
         }
-        for (int d = 0; d < hd / 8; d++) _mm256_storeu_ps(a + 8 * d, sum[d]);
+        for (int d = 0; d < hd / VEC; d++) vec_store(a + VEC * d, sum[d]);
       }
       at[b] += used;
     }
