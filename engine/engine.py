@@ -210,16 +210,20 @@ class Engine:
         else:
             gen = generate_speculative(self.target, self._drafter(mode), tokens, request,
                                        self.vocabulary, self.max_nodes, owed)
-            self._keep_learned_costs()
+            self._keep_learned()
         return Completion(gen.text, gen.tokens, gen.stats)
 
-    def _keep_learned_costs(self) -> None:
-        """Now and then the corrected pass costs replace the kept calibration's, so the next
-        start begins from what passes really cost, not from a first start's single timing."""
+    def _keep_learned(self) -> None:
+        """Now and then the corrected pass costs and this session's prefill rate replace the
+        kept calibration's, so the next start begins from what passes and prefills really cost,
+        not from a first start's estimate (its prefill rate comes from a 25-token pass: on AMX,
+        about half what prefill chunks run at, which would halve the first cold window)."""
         if self._calibration_key is None or self.costs.version < self._kept_costs + self.KEEP_COSTS_EVERY:
             return
         self._kept_costs = self.costs.version
         self.calibration.pass_cost, self.calibration.timed_passes = list(self.costs.cost), self.costs.timed
+        if (rate := self.target.prefill_rate()) is not None:
+            self.calibration.prefill_tokens_per_s = rate
         keep(self.calibration, self._calibration_key)
 
     def _drafter(self, mode: str) -> Hybrid:

@@ -196,7 +196,8 @@ def test_calibration_is_kept_and_a_corrupt_file_is_measured_again(monkeypatch, t
 def test_pass_costs_corrected_by_decoding_are_kept_for_the_next_start(monkeypatch):
     """The embedded model on the native backend: its calibration is kept at load; after
     completions, the costs its timed passes corrected replace the kept ones, and the next
-    load starts from them, knowing how many passes corrected each width."""
+    load starts from them, knowing how many passes corrected each width; the prefill rate the
+    session measured replaces calibration's estimate too."""
     from engine.api import Request
     from engine.engine import Engine
     from tests.models import SMALL
@@ -209,7 +210,10 @@ def test_pass_costs_corrected_by_decoding_are_kept_for_the_next_start(monkeypatc
         engine.complete(prompt, Request(max_new_tokens=16), "lookup")
     kept = list(engine.costs.cost)
     assert kept != measured
+    tokens, seconds = engine.target.prefilled
+    assert tokens > 0 and engine.target.prefill_rate() == tokens / seconds
     again = Engine.load(SMALL, threads=2)
+    assert again.target.prefill_estimate == pytest.approx(tokens / seconds)
     assert again.costs.measured == pytest.approx(again.calibration.pass_cost)
     assert again.calibration.pass_cost != measured and len(again.calibration.pass_cost) == len(measured)
     assert again.costs.timed == pytest.approx(engine.costs.timed) and sum(engine.costs.timed) >= 20
