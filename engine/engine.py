@@ -213,6 +213,18 @@ class Engine:
             self._keep_learned()
         return Completion(gen.text, gen.tokens, gen.stats)
 
+    def measure_prefill(self, tokens: int = 320) -> None:
+        """Prefill `tokens` tokens in the chunks a server's prefill uses (they grow to about half
+        a second), and keep the last full chunk's rate with the calibration. `lsp_server fetch`
+        runs this, so a first start sizes its first chunk and cold window from a real prefill
+        rate, not from calibration's 25-token pass."""
+        self.target.truncate(0)
+        self.target.sync([0] * tokens, threading.Event())
+        self.target.truncate(0)
+        if (rate := self.target.last_chunk_rate) is not None and self._calibration_key is not None:
+            self.calibration.prefill_tokens_per_s = self.target.prefill_estimate = rate
+            keep(self.calibration, self._calibration_key)
+
     def _keep_learned(self) -> None:
         """Now and then the corrected pass costs and this session's prefill rate replace the
         kept calibration's, so the next start begins from what passes and prefills really cost,

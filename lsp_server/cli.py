@@ -55,8 +55,8 @@ def run_fetch(args: argparse.Namespace) -> int:
             sys.stdout.write(f"{model_path(name)}\n")  # where it is: the command's output
         except EngineError as exc:
             raise SystemExit(f"lsp_server: {exc}") from None
-        try:  # loading measures the pass costs and keeps them (engine/calibrate.py)
-            open_engine({**model_settings(args), "model": name, "draft": None, "endpoint": None})
+        try:  # loading measures the pass costs and keeps them (engine/calibrate.py), then the prefill rate
+            open_engine({**model_settings(args), "model": name, "draft": None, "endpoint": None}).measure_prefill()
         except EngineError as exc:
             logging.getLogger("draftline").warning("%s: fetched, but it does not run here: %s", name, exc)
     return 0

@@ -219,6 +219,23 @@ def test_pass_costs_corrected_by_decoding_are_kept_for_the_next_start(monkeypatc
     assert again.costs.timed == pytest.approx(engine.costs.timed) and sum(engine.costs.timed) >= 20
 
 
+def test_a_measured_prefill_rate_is_kept_for_the_first_start():
+    """What `lsp_server fetch` runs after loading: a prefill in the server's chunks, whose last
+    full chunk's rate replaces calibration's estimate (from a narrow pass) in the kept
+    calibration, so the next start sizes its first chunk and cold window from it."""
+    from engine.engine import Engine
+    from tests.models import SMALL
+
+    engine = Engine.load(SMALL, threads=2)
+    estimate = engine.calibration.prefill_tokens_per_s
+    engine.measure_prefill()
+    rate = engine.target.last_chunk_rate
+    assert rate is not None and rate != estimate and engine.target.length == 0
+    again = Engine.load(SMALL, threads=2)
+    assert again.target.prefill_estimate == pytest.approx(rate)
+    assert again.target.prefill_chunk == engine.target.prefill_chunk
+
+
 def test_converted_weights_round_trip_and_key_on_content(tmp_path):
     model_file = tmp_path / "model.gguf"
     model_file.write_bytes(bytes(range(256)) * 4096)

@@ -45,6 +45,11 @@ class Backend(ABC):
         return prefill_chunk_for(self._last_chunk_rate or self.prefill_estimate)
 
     @property
+    def last_chunk_rate(self) -> float | None:
+        """Tokens per second of the last full prefill chunk (None before one)."""
+        return self._last_chunk_rate
+
+    @property
     def length(self) -> int:
         return len(self.tokens)
 
