@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from lsp_client import Client  # scripts/ is on the path when a script runs
+from lsp_client import Client, setting  # scripts/ is on the path when a script runs
 
 
 def cut(line: str) -> int:
@@ -29,11 +29,11 @@ def main() -> int:
     ap.add_argument("file", type=Path)
     ap.add_argument("--spots", default="200", help="0-based lines, comma-separated")
     ap.add_argument("--pause", type=float, default=0.0, help="seconds between spots")
-    ap.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
+    ap.add_argument("--option", action="append", default=[], type=setting, metavar="KEY=JSON",
                     help="a server setting, e.g. --option dtype='\"bf16\"'")
     args = ap.parse_args()
     lines = args.file.read_text().split("\n")
-    options = {"multiline": "never"} | {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.option)}
+    options = {"multiline": "never"} | dict(args.option)
     started = time.perf_counter()
     client = Client([sys.executable, "-m", "lsp_server.cli", "--stdio"])
     client.request(0, "initialize", {"capabilities": {}, "initializationOptions": options})

