@@ -238,6 +238,20 @@ def test_a_token_tree_computes_each_branch_as_a_chain(case):
         assert np.array_equal(tree[nodes], chain)
 
 
+def test_a_prefill_without_outputs_leaves_the_cache_a_full_pass_leaves(case):
+    """A pass with no logits and no recorded features skips the last layer past its keys and
+    values; the next tokens must see the same cache as after a pass that computed it all."""
+    model = case.model
+    model.truncate(0)
+    model.forward(case.tokens[:PREFIX])
+    want = model.forward(case.tokens[PREFIX:PREFIX + 4])
+    model.truncate(0)
+    model.forward(case.tokens[PREFIX - 1::-1])  # other keys and values where the prefix goes
+    model.truncate(0)
+    model.forward(case.tokens[:PREFIX], logits=False)
+    assert np.array_equal(model.forward(case.tokens[PREFIX:PREFIX + 4]), want)
+
+
 def test_a_prefill_records_the_same_features_as_decoding(case):
     """A feature-conditioned draft reads the final normed states of the target's prefill:
     they must be what a decoding pass of the same tokens records (normed once)."""

@@ -167,7 +167,8 @@ class NativeLlama(ArrayCache):
             raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
         pos, local = pass_positions(start, n, parents)
         threads = self.plan.threads_for(n) or self.threads
-        ran = self.native.forward(self.embed_tokens(tokens), start, pos, local, logits, threads, stop)
+        ran = self.native.forward(self.embed_tokens(tokens), start, pos, local, logits, threads, stop,
+                                  states=self.features is not None)
         if ran is None:
             raise _Stopped
         x, out = ran

@@ -252,8 +252,9 @@ class TorchLlama(ArrayCache):
         kernel = self.plan.kernel_for(n, logits)
         if kernel == STORED and self.native is not None:  # returns the final normed states
             pos, local = pass_positions(start, n, parents)
-            x, out = self.native.forward(x, start, pos, local, logits, torch.get_num_threads())
-            x, out = torch.from_numpy(x), None if out is None else torch.from_numpy(out)
+            x, out = self.native.forward(x, start, pos, local, logits, torch.get_num_threads(),
+                                         states=self.features is not None)
+            x, out = None if x is None else torch.from_numpy(x), None if out is None else torch.from_numpy(out)
         else:
             x, out = self._layers(x, start, parents, len(self.layers), kernel), None
             if logits or self.features is not None:
@@ -315,7 +316,7 @@ class TorchLlama(ArrayCache):
         started = time.perf_counter()
         if self.plan.prefill == STORED and self.native is not None:  # one call: all layers
             pos, local = pass_positions(self.length, width, None)
-            self.native.forward(x, self.length, pos, local, False, torch.get_num_threads())
+            self.native.forward(x, self.length, pos, local, False, torch.get_num_threads(), states=False)
             return (time.perf_counter() - started) / width
         self._layers(x, self.length, None, layers, self.plan.prefill)
         return (time.perf_counter() - started) / width * len(self.layers) / layers

@@ -104,7 +104,7 @@ def _load(path: Path) -> ctypes.CDLL:
         raise OSError(f"{path.name}: ABI {lib.draftline_abi()}, expected {_ABI}")
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.draftline_forward.restype = i
-    lib.draftline_forward.argtypes = [p, i, i, p, p, p, p, i, p]
+    lib.draftline_forward.argtypes = [p, i, i, p, p, p, p, i, i, p]
     lib.draftline_matmul.restype = i
     lib.draftline_matmul.argtypes = [p, i, p, p]
     lib.draftline_rows.argtypes = [p, p, i, p]
@@ -348,12 +348,14 @@ class NativeDecoder:
         return rows(self.lib, embedding, ids)
 
     def forward(self, x, start: int, positions: np.ndarray, local: np.ndarray, logits: bool, threads: int,
-                stop: ctypes.c_int | None = None) -> tuple[np.ndarray, np.ndarray | None] | None:
+                stop: ctypes.c_int | None = None, states: bool = True
+                ) -> tuple[np.ndarray | None, np.ndarray | None] | None:
         """x [n, hidden] at cache positions start..start+n (rotary `positions`; `local` [n, n]
         bool: which new tokens each may attend to). Returns the final normed hidden states
-        (float32) and float32 logits [n, head rows] (None unless `logits`); or None where `stop`
-        was set while it ran (the pass ended after the layer in flight: the caller drops these
-        positions)."""
+        (float32; None where neither `states` nor `logits` asked for them: such a pass skips
+        the last layer past its keys and values) and float32 logits [n, head rows] (None
+        unless `logits`); or None where `stop` was set while it ran (the pass ended after the
+        layer in flight: the caller drops these positions)."""
         n = len(x)
         x = np.array(_floats(x), copy=True)  # the C code writes the normed states into it
         pos = np.ascontiguousarray(positions, dtype=np.int32)
@@ -362,10 +364,11 @@ class NativeDecoder:
         model = ctypes.byref(self._struct)
         self.scratch_bytes = max(self.scratch_bytes, self.lib.draftline_scratch_bytes(model, n, start, threads))
         done = self.lib.draftline_forward(model, n, start, pos.ctypes.data, mask.ctypes.data, x.ctypes.data,
-                                          _pointer(out), threads, None if stop is None else ctypes.byref(stop))
+                                          _pointer(out), int(states), threads,
+                                          None if stop is None else ctypes.byref(stop))
         if done < 0:
             raise MemoryError("native decoder: out of memory")
-        return None if done else (x, out)
+        return None if done else (x if states or logits else None, out)
 
 
 def decoder_for(model) -> NativeDecoder | None:

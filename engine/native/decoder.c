@@ -305,6 +305,7 @@ typedef struct {
   const int32_t *pos;
   const uint8_t *local;
   float *x, *logits;                     /* the residual stream [T, dim]; logits [T, head.rows] or NULL */
+  int states;                            /* the final normed states are wanted in x */
   float *h, *qkv, *attn, *act, *gate_up; /* shared by the threads */
   Acts normed, attended, activated;      /* h, attn and act, quantized for the products */
   atomic_int *next;                      /* [STEPS * (n_layers + 1)]: each step's next chunk */
@@ -395,6 +396,9 @@ static void *run_worker(void *arg) {
     barrier_wait(&p->barrier);
     for (int head; (head = claim(p, step + 1, nh + 2 * nkv)) >= 0;) qkv_head(p, L, l, head, products);
     barrier_wait(&p->barrier);
+    /* A pass that outputs nothing (a prefill) needs of the last layer only its keys and values:
+       the rest of it would make states no one reads. */
+    if (l == m->n_layers - 1 && !p->logits && !p->states) return NULL;
     const int blocks = (T + ATTN_TOKENS - 1) / ATTN_TOKENS; /* attention: (KV head, block of tokens) */
     for (int i; (i = claim(p, step + 2, nkv * blocks)) >= 0;) {
       const int t0 = i / nkv * ATTN_TOKENS, t1 = t0 + ATTN_TOKENS < T ? t0 + ATTN_TOKENS : T;
@@ -473,12 +477,13 @@ void draftline_rows(const Matrix *w, const int64_t *ids, int n, float *out) {
 
 /* A pass of T tokens at cache positions start..start+T-1 (rotary positions `pos`; new token t
    attends to new token u iff local[t * T + u]). x [T, dim]: the input vectors, replaced by the
-   final normed hidden states. logits [T, head.rows], or NULL for none. `stop`: NULL, or a flag
+   final normed hidden states where `states` (or logits) are asked for; with neither, the pass
+   only fills the cache and x is left undefined. logits [T, head.rows], or NULL for none. `stop`: NULL, or a flag
    the caller may set while the pass runs (a cancelled prefill): the pass then ends after the
    layer in flight, having written part of these positions' keys and values, which the caller
    drops. Returns 0, 1 when stopped, or -1 when out of memory. */
 int draftline_forward(const Model *m, int T, int start, const int32_t *pos, const uint8_t *local, float *x,
-                      float *logits, int threads, const volatile int *stop) {
+                      float *logits, int states, int threads, const volatile int *stop) {
   if (threads < 1) threads = 1;
   if (threads > MAX_THREADS) threads = MAX_THREADS;
   const int D = m->dim, F = m->ffn_dim, nh = m->n_heads, hd = m->head_dim;
@@ -488,7 +493,7 @@ int draftline_forward(const Model *m, int T, int start, const int32_t *pos, cons
   char *memory = aligned_alloc(64, shared + own * threads);
   if (!memory) return -1;
   Pass pass = {.m = m, .T = T, .start = start, .threads = threads, .pos = pos, .local = local, .x = x,
-               .logits = logits, .private_bytes = own, .products_bytes = products};
+               .logits = logits, .states = states, .private_bytes = own, .products_bytes = products};
   pass.h = (float *)memory;
   pass.qkv = pass.h + (size_t)T * D;
   pass.attn = pass.qkv + (size_t)T * nqkv;
