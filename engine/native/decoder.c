@@ -130,30 +130,69 @@ static void swiglu(const float *gate, const float *up, int n, float *act) {
 enum { ATTN_TOKENS = 4, VALUE_ROWS = 64 };
 
 /* Attention's vectors: 16 floats where AVX-512 runs, else 8 (head dims are multiples of 16).
-   A score sums its vector's lanes in a fixed tree, so it is the same number at every pass width
-   on one machine; each value lane adds its rows in order, as on the other width. */
+   Scores are made VEC positions at a time, one accumulator per position, and `lane_sums` adds
+   each accumulator's lanes in a fixed tree, the same for every position: a score is the same
+   number at every pass width on one machine. Each value lane adds its rows in order. */
 #if defined(__AVX512F__)
 enum { VEC = 16 };
 typedef __m512 Vec;
 static inline Vec vec_bf16(const uint16_t *p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
-static inline float vec_sum(Vec v) {
-  return sum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+/* Lane i: the sum of v[i]'s lanes: pairs within 128-bit quarters (lanes 2 apart, then 1), then
+   the quarters (1 apart, then 2). */
+static inline Vec lane_sums(const Vec v[VEC]) {
+  Vec s8[8], s4[4], s2[2];
+  for (int i = 0; i < 8; i++)
+    s8[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; i++) {
+    const __m512d a = _mm512_castps_pd(s8[2 * i]), b = _mm512_castps_pd(s8[2 * i + 1]);
+    s4[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  for (int i = 0; i < 2; i++)
+    s2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s4[2 * i], s4[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_f32x4(s4[2 * i], s4[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(s2[0], s2[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(s2[0], s2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+/* The lanes of v set in `mask`, in order, to out; returns how many. */
+static inline int store_seen(float *out, Vec v, unsigned mask) {
+  _mm512_mask_compressstoreu_ps(out, (__mmask16)mask, v);
+  return __builtin_popcount(mask);
 }
 #define vec_load _mm512_loadu_ps
 #define vec_store _mm512_storeu_ps
 #define vec_fma _mm512_fmadd_ps
+#define vec_mul _mm512_mul_ps
 #define vec_set1 _mm512_set1_ps
 #define vec_zero _mm512_setzero_ps
 #else
 enum { VEC = 8 };
 typedef __m256 Vec;
 #define vec_bf16 load_bf16x8
-#define vec_sum sum8
+/* As above, on 8 lanes: pairs within 128-bit halves (lanes 2 apart, then 1), then the halves. */
+static inline Vec lane_sums(const Vec v[VEC]) {
+  Vec s4[4], s2[2];
+  for (int i = 0; i < 4; i++)
+    s4[i] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 2; i++) {
+    const __m256d a = _mm256_castps_pd(s4[2 * i]), b = _mm256_castps_pd(s4[2 * i + 1]);
+    s2[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)), _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+  }
+  return _mm256_add_ps(_mm256_permute2f128_ps(s2[0], s2[1], 0x20), _mm256_permute2f128_ps(s2[0], s2[1], 0x31));
+}
+static inline int store_seen(float *out, Vec v, unsigned mask) {
+  float lanes[VEC];
+  int n = 0;
+  _mm256_storeu_ps(lanes, v);
+  for (int i = 0; i < VEC; i++)
+    if (mask >> i & 1) out[n++] = lanes[i];
+  return n;
+}
 #define vec_load _mm256_loadu_ps
 #define vec_store _mm256_storeu_ps
 #define vec_fma _mm256_fmadd_ps
+#define vec_mul _mm256_mul_ps
 #define vec_set1 _mm256_set1_ps
 #define vec_zero _mm256_setzero_ps
 #endif
@@ -180,23 +219,35 @@ static inline __attribute__((always_inline)) void attend_hd(const Model *m, int 
   const float scale = 1.0f / sqrtf((float)hd);
   float *scores = scratch, *acc = scratch + (size_t)ATTN_TOKENS * heads * stride; /* [b][h][i], [b][h][d] */
   int count[ATTN_TOKENS] = {0}, sees[ATTN_TOKENS];
-  float best[ATTN_TOKENS][MAX_GROUP], total[ATTN_TOKENS][MAX_GROUP];
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < heads; h++) best[b][h] = -INFINITY;
+  float total[ATTN_TOKENS][MAX_GROUP];
   Vec row[MAX_HEAD_DIM / VEC];
-  for (int j = 0; j < start + T; j++) {
-    if (!row_seen(k, j, hd, start, T, t0, B, local, sees, row)) continue;
+  /* Keys: VEC positions at a time (aligned, so a position is always the same lane), converted
+     to float once for all of these tokens and heads; a token keeps the scores of those it sees. */
+  float keys[VEC][MAX_HEAD_DIM] __attribute__((aligned(64)));
+  for (int j0 = 0; j0 < start + T; j0 += VEC) {
+    const int n = start + T - j0 < VEC ? start + T - j0 : VEC;
+    unsigned seen[ATTN_TOKENS], any = 0;
     for (int b = 0; b < B; b++) {
-      if (!sees[b]) continue;
+      seen[b] = 0;
+      for (int i = 0; i < n; i++) seen[b] |= (unsigned)(j0 + i < start || local[(t0 + b) * T + (j0 + i - start)]) << i;
+      any |= seen[b];
+    }
+    if (!any) continue;
+    for (int i = 0; i < VEC; i++)
+      for (int d = 0; d < hd / VEC; d++)
+        vec_store(keys[i] + VEC * d, i < n ? vec_bf16(k + (size_t)(j0 + i) * hd + VEC * d) : vec_zero());
+    for (int b = 0; b < B; b++) {
+      if (!seen[b]) continue;
       const float *q = qkv + (size_t)(t0 + b) * nqkv + kv_head * heads * hd;
       for (int h = 0; h < heads; h++) {
-        Vec dot = vec_zero();
-        for (int d = 0; d < hd / VEC; d++) dot = vec_fma(vec_load(q + h * hd + VEC * d), row[d], dot);
-        float score = vec_sum(dot) * scale;
-        scores[(size_t)(b * heads + h) * stride + count[b]] = score;
-        best[b][h] = score > best[b][h] ? score : best[b][h];
+        Vec dot[VEC];
+        for (int i = 0; i < VEC; i++) {
+          dot[i] = vec_zero();
+          for (int d = 0; d < hd / VEC; d++) dot[i] = vec_fma(vec_load(q + h * hd + VEC * d), vec_load(keys[i] + VEC * d), dot[i]);
+        }
+        store_seen(scores + (size_t)(b * heads + h) * stride + count[b], vec_mul(lane_sums(dot), vec_set1(scale)), seen[b]);
       }
-      count[b]++;
+      count[b] += __builtin_popcount(seen[b]);
     }
   }
   for (int b = 0; b < B; b++)
@@ -204,7 +255,12 @@ static inline __attribute__((always_inline)) void attend_hd(const Model *m, int 
       float *seen = scores + (size_t)(b * heads + h) * stride;
       const int padded = (count[b] + 7) / 8 * 8;
       for (int i = count[b]; i < padded; i++) seen[i] = -INFINITY;
-      __m256 sum = _mm256_setzero_ps(), top = _mm256_set1_ps(best[b][h]);
+      __m256 top = _mm256_set1_ps(-INFINITY);
+      for (int i = 0; i < padded; i += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(seen + i));
+      top = _mm256_max_ps(top, _mm256_permute2f128_ps(top, top, 1));
+      top = _mm256_max_ps(top, _mm256_shuffle_ps(top, top, _MM_SHUFFLE(1, 0, 3, 2)));
+      top = _mm256_max_ps(top, _mm256_shuffle_ps(top, top, _MM_SHUFFLE(2, 3, 0, 1)));
+      __m256 sum = _mm256_setzero_ps();
       for (int i = 0; i < padded; i += 8) {
         __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(seen + i), top));
         _mm256_storeu_ps(seen + i, e);
