@@ -61,11 +61,17 @@ int draftline_tiles_from(void) { return enabled ? AMX_TOKENS : 0; }
 
 int amx_folds(int format, int T) { return format != Q6_K || T > TILE_T; }
 
-/* A row unpacked for folded tiles: Q4_K/Q5_K: the planes hi, lo, m [K] bytes each, then d
-   [K / 256] and dmin [K / 256] floats; Q6_K: the planes p0, p1, p2, p3, sc [K] each, then d. */
+/* A row unpacked for folded tiles: Q4_K/Q5_K: the planes hi, lo [K] bytes each, then d
+   [K / 256] and dmin [K / 256] floats, then each 32 columns' min twice (int16 pairs, as the
+   activations' 16-column sums pair up: vpdpwssd); Q6_K: the planes p0, p1, p2, p3, sc [K] each,
+   then d. */
 size_t amx_folded_bytes(int format, int K) {
-  return ((size_t)(format == Q6_K ? 5 : 3) * K + (size_t)K / 32 + 63) / 64 * 64;
+  return ((size_t)(format == Q6_K ? 5 * K : 2 * K + K / 8) + (size_t)K / 32 + 63) / 64 * 64;
 }
+
+/* Where a folded Q4_K/Q5_K row's d, dmin and mins start. */
+ALWAYS_INLINE float *folded_d(const uint8_t *row, int K) { return (float *)(row + 2 * (size_t)K); }
+ALWAYS_INLINE int32_t *folded_mins(const uint8_t *row, int K) { return (int32_t *)(folded_d(row, K) + K / 128); }
 
 #if AMX
 typedef struct {
@@ -101,8 +107,7 @@ ALWAYS_INLINE __m256i unit_lanes(__m256i v, int k) {
 ALWAYS_INLINE __m256i times(__m256i levels, __m256i multipliers) { return _mm256_mullo_epi16(levels, multipliers); }
 
 ALWAYS_INLINE void fold_row(const Part *p, int format, int K, int row, uint8_t *out) {
-  const int planes = format == Q6_K ? 5 : 3;
-  float *d = (float *)(out + planes * (size_t)K), *dmin = d + K / 256;
+  float *d = format == Q6_K ? (float *)(out + 5 * (size_t)K) : folded_d(out, K), *dmin = d + K / 256;
   const __m256i byte_twice = _mm256_set1_epi16(0x0101); /* a value < 256 in both bytes of its lane */
   for (int j = 0; j < K; j += 256) {
     const uint8_t *b = block_at(p, format, row, j);
@@ -113,13 +118,12 @@ ALWAYS_INLINE void fold_row(const Part *p, int format, int K, int row, uint8_t *
     const __m256i ints = _mm256_loadu_si256((const __m256i *)s.ints);
     if (format != Q6_K) { /* one scale and min per 32 columns, each twice in Scales */
       const __m256i hi = _mm256_srli_epi16(ints, 3), lo = _mm256_and_si256(ints, _mm256_set1_epi16(7));
-      const __m256i mins = _mm256_mullo_epi16(_mm256_loadu_si256((const __m256i *)s.mints), byte_twice);
+      memcpy(folded_mins(out, K) + j / 32, s.mints, sizeof s.mints);
       for (int k = 0; k < 8; k++) {
         const __m256i levels = read_levels(format, b, k);
         uint8_t *at = out + j + 32 * k;
         _mm256_store_si256((__m256i *)at, times(levels, unit_lanes(hi, k)));
         _mm256_store_si256((__m256i *)(at + K), times(levels, unit_lanes(lo, k)));
-        _mm256_store_si256((__m256i *)(at + 2 * K), unit_lanes(mins, k));
       }
       continue;
     }
@@ -159,35 +163,34 @@ void amx_fold_rows(const Part *p, int K, int r0, int rows, uint8_t *out) {
     dp(S, A, B);                                                                                 \
   } while (0)
 
-/* Sums tiles 0..n-1 (3 or 5) stored at sums[0..n-1], for the zmm steps. */
+/* Sums tiles 0..n-1 (2 or 5) stored at sums[0..n-1], for the zmm steps. */
 static inline void store_sums(int32_t sums[][AMX_ROWS * TILE_T], int n) {
   BARRIER();
   _tile_stored(0, sums[0], 64);
   _tile_stored(1, sums[1], 64);
-  _tile_stored(2, sums[2], 64);
-  if (n > 3) {
+  if (n > 2) {
+    _tile_stored(2, sums[2], 64);
     _tile_stored(3, sums[3], 64);
     _tile_stored(4, sums[4], 64);
   }
   BARRIER();
 }
 
-/* Folded Q4_K/Q5_K: block b's C_hi, C_lo and M, stored at sums[0..2]. */
+/* Folded Q4_K/Q5_K: block b's C_hi and C_lo, stored at sums[0..1] (M comes from the mins and
+   the activations' sums, in zmm). Each plane tile has its own register, so no load waits for a
+   TDPBUSD to release one. */
 static inline void issue_folded(const uint8_t *w, size_t ldw, int K, const int8_t *tiles, int b,
                                 int32_t sums[][AMX_ROWS * TILE_T]) {
   const int at = ACT_BLOCK * b;
   _tile_zero(0);
   _tile_zero(1);
-  _tile_zero(2);
   _tile_loadd(6, tiles + (size_t)at * TILE_T, 4 * TILE_T);
   _tile_loadd(7, tiles + (size_t)(at + 64) * TILE_T, 4 * TILE_T);
-  PLANE(0, 3, 0, at, 6, _tile_dpbusd);
-  PLANE(1, 4, 1, at, 6, _tile_dpbusd);
-  PLANE(2, 5, 2, at, 6, _tile_dpbusd);
-  PLANE(0, 3, 0, at + 64, 7, _tile_dpbusd);
-  PLANE(1, 4, 1, at + 64, 7, _tile_dpbusd);
-  PLANE(2, 5, 2, at + 64, 7, _tile_dpbusd);
-  store_sums(sums, 3);
+  PLANE(0, 2, 0, at, 6, _tile_dpbusd);
+  PLANE(1, 3, 1, at, 6, _tile_dpbusd);
+  PLANE(0, 4, 0, at + 64, 7, _tile_dpbusd);
+  PLANE(1, 5, 1, at + 64, 7, _tile_dpbusd);
+  store_sums(sums, 2);
 }
 
 /* Folded Q6_K: block b's C0-C3 and M / 32, stored at sums[0..4]. */
@@ -274,7 +277,7 @@ static void amx_tile(const uint8_t *w, size_t ldw, int format, int folded, const
   __m512 acc[AMX_ROWS];
   for (int r = 0; r < AMX_ROWS; r++) acc[r] = _mm512_setzero_ps();
   for (int b = 0; b <= B; b++) {
-    if (b + 1 < B && folded) prefetch_block(w, ldw, K, format == Q6_K ? 5 : 3, tiles, b + 1);
+    if (b + 1 < B && folded) prefetch_block(w, ldw, K, format == Q6_K ? 5 : 2, tiles, b + 1);
     if (b < B && !folded) issue_pieces(w, ldw, tiles, b, sums[b % 2]);
     else if (b < B && format == Q6_K) issue_folded6(w, ldw, K, tiles, b, sums[b % 2]);
     else if (b < B) issue_folded(w, ldw, K, tiles, b, sums[b % 2]);
@@ -290,10 +293,16 @@ static void amx_tile(const uint8_t *w, size_t ldw, int format, int folded, const
         acc[r] = kfold16(acc[r], I, _mm512_slli_epi32(sums_at(ready, 4, r), 5), d, d, s);
       }
     } else if (folded) {
+      const int32_t *pairs = a->block_qsums + ((size_t)g * B + done) * 4 * TILE_T;
+      __m512i qsums[4]; /* each 32 columns' two 16-column sums, per token */
+      for (int p = 0; p < 4; p++) qsums[p] = _mm512_load_si512(pairs + p * TILE_T);
       for (int r = 0; r < R; r++) {
-        const float *d = (const float *)(w + r * ldw + 3 * (size_t)K);
+        const float *d = folded_d(w + r * ldw, K);
+        const int32_t *mins = folded_mins(w + r * ldw, K) + 4 * done;
         const __m512i I = _mm512_add_epi32(_mm512_slli_epi32(sums_at(ready, 0, r), 3), sums_at(ready, 1, r));
-        acc[r] = kfold16(acc[r], I, sums_at(ready, 2, r), d[done / 2], d[K / 256 + done / 2], s);
+        __m512i M = _mm512_setzero_si512();
+        for (int p = 0; p < 4; p++) M = _mm512_dpwssd_epi32(M, qsums[p], _mm512_set1_epi32(mins[p]));
+        acc[r] = kfold16(acc[r], I, M, d[done / 2], d[K / 256 + done / 2], s);
       }
     } else {
       const int32_t *pairs = a->block_qsums + ((size_t)g * B + done) * 4 * TILE_T;
