@@ -6,8 +6,9 @@ each (row, token) of a 16 x 16 tile; the float steps after them are product.h's 
 token's result is bitwise the same on every route and width. The scales are folded into the
 rows, so that no multiplication per unit is left:
 - Q4_K and Q5_K: the 6-bit scale of each 32 columns is split, sc = 8 hi + lo, so that level * hi
-  and level * lo fit a byte (at most 31 * 7); with a plane of each column's 6-bit min, three
-  TDPBUSDs per 64 columns give C_hi, C_lo and M: I = 8 C_hi + C_lo, exactly.
+  and level * lo fit a byte (at most 31 * 7); two TDPBUSDs per 64 columns give C_hi and C_lo:
+  I = 8 C_hi + C_lo, exactly. M takes the zmm steps: each 32 columns' min times the tokens'
+  16-column sums (vpdpwssd), cheaper than a third plane on this tile unit.
 - Q6_K (int8 scales per 16 columns, levels 0-63): the scale in base 4, sc = p0 + 4 p1 + 16 p2 +
   64 p3 (p0-p2 in 0..3, p3 in -2..1), so that level * p fits a byte (189 at most; signed for
   p3); with a plane of the scales themselves (M = 32 sum(sc * q): the registers' mins are
