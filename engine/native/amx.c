@@ -83,7 +83,7 @@ typedef struct {
 
 typedef enum { FOLDED, PIECES } Layout;
 
-/* FOLDED: every tile 16 rows x 64 bytes: the sums (16 rows x 16 tokens, int32) in tmm0-2
+/* FOLDED: every tile 16 rows x 64 bytes: the sums (16 rows x 16 tokens, int32) in tmm0-1
    (Q4_K/Q5_K) or tmm0-4 (Q6_K), the rows' planes in the next ones, the activations of two 64
    columns in tmm6-7 (16 rows of 16 tokens x 4 columns). PIECES: tmm0-3 sums, tmm4-5 levels (16
    rows x 16 columns), tmm6-7 activations (4 rows of 16 tokens x 4 columns). */
