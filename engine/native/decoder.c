@@ -155,10 +155,9 @@ static inline Vec lane_sums(const Vec v[VEC]) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(s2[0], s2[1], _MM_SHUFFLE(2, 0, 2, 0)),
                        _mm512_shuffle_f32x4(s2[0], s2[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
-/* The lanes of v set in `mask`, in order, to out; returns how many. */
-static inline int store_seen(float *out, Vec v, unsigned mask) {
+/* The lanes of v set in `mask`, in order, to out. */
+static inline void store_seen(float *out, Vec v, unsigned mask) {
   _mm512_mask_compressstoreu_ps(out, (__mmask16)mask, v);
-  return __builtin_popcount(mask);
 }
 #define vec_load _mm512_loadu_ps
 #define vec_store _mm512_storeu_ps
@@ -181,13 +180,11 @@ static inline Vec lane_sums(const Vec v[VEC]) {
   }
   return _mm256_add_ps(_mm256_permute2f128_ps(s2[0], s2[1], 0x20), _mm256_permute2f128_ps(s2[0], s2[1], 0x31));
 }
-static inline int store_seen(float *out, Vec v, unsigned mask) {
+static inline void store_seen(float *out, Vec v, unsigned mask) {
   float lanes[VEC];
-  int n = 0;
   _mm256_storeu_ps(lanes, v);
-  for (int i = 0; i < VEC; i++)
+  for (int i = 0, n = 0; i < VEC; i++)
     if (mask >> i & 1) out[n++] = lanes[i];
-  return n;
 }
 #define vec_load _mm256_loadu_ps
 #define vec_store _mm256_storeu_ps
