@@ -47,7 +47,17 @@ class _Output:
     @property
     def text(self) -> str:
         """The output's text, less the healed prompt text it starts with."""
-        return self.vocab.decode(self.tokens)[len(self.owed):]
+        return self._text_with(())
+
+    def _text_with(self, more: Sequence[int]) -> str:
+        return self.vocab.decode(self.tokens + list(more))[len(self.owed):]
+
+    def would_stop(self, more: Sequence[int]) -> bool:
+        """Whether committing `more` would end the output at one of them (every stop rule only
+        grows true as the text grows: an end of line, a block's end)."""
+        return (any(t in self.vocab.eos_ids for t in more)
+                or len(self.tokens) + len(more) >= self.request.max_new_tokens
+                or (self.request.stop is not None and self.request.stop(self._text_with(more)) is not None))
 
     def commit(self, tokens: Sequence[int]) -> None:
         for token in tokens:
@@ -210,6 +220,7 @@ def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int
         draft = drafter.propose(list(prompt) + out.tokens, k, sampling, generator) if k > 0 else Draft()
         if not use_tree and not draft.is_chain:
             draft = _first_branch(draft)
+        draft = _reachable(draft, out)
         stats.draft_ms += _ms_since(t)
 
         t = time.perf_counter()
@@ -228,6 +239,22 @@ def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int
         drafter.observe(draft, accepted, current, pass_seconds)
         out.commit([draft.tokens[i] for i in accepted] + [current])
     return _finish(out, stats, start)
+
+
+def _reachable(draft: Draft, out: _Output) -> Draft:
+    """The draft less the nodes the output can never reach: those after a token at which it
+    would stop (a single-line suggestion ends at its newline, where lookup's matches go on into
+    the next line). Verifying them would only widen the pass."""
+    paths: list[list[int]] = []
+    kept: list[int] = []
+    open_: set[int] = {-1}  # the root, and kept nodes whose path does not stop the output
+    for i, (parent, token) in enumerate(zip(draft.parents, draft.tokens)):
+        paths.append((paths[parent] if parent >= 0 else []) + [token])
+        if parent in open_:
+            kept.append(i)
+            if not out.would_stop(paths[i]):
+                open_.add(i)
+    return draft if len(kept) == len(draft) else draft.keep(kept)
 
 
 def _first_branch(draft: Draft) -> Draft:

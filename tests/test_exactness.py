@@ -6,8 +6,10 @@ itself is checked against recomputing the whole sequence without any KV cache.
 import pytest
 import torch
 
+from engine import decoding
 from engine.api import Request
 from engine.draft_length import PassCosts
+from engine.drafters.base import Draft
 from tests.code_samples import FILES, code_prompts, stdlib_text
 
 PROMPTS = code_prompts(20)
@@ -55,3 +57,53 @@ def test_cached_decoding_equals_full_recomputation(engine):
             expected.append(int(logits.argmax()))
         result = engine.complete(tokens, Request(max_new_tokens=8), "ar")
         assert result.tokens == expected
+
+
+def _single_line(text: str) -> int | None:
+    return text.find("\n") if "\n" in text else None
+
+
+def test_a_draft_keeps_only_nodes_the_output_can_reach(engine):
+    """Nodes after a token at which the output would stop (a single-line suggestion's newline)
+    are dropped before the verification pass; the rest of the tree stays as it was."""
+    encode, decode = engine.tokenizer.encode, engine.tokenizer.decode
+    out = decoding._Output(Request(max_new_tokens=64, stop=_single_line), engine.vocabulary, "")
+    out.commit(encode("value = compute("))
+    chain, other = encode("a, b)\n    return value"), encode("x, y")
+    newline_at = next(i for i in range(len(chain)) if "\n" in decode(chain[:i + 1]))
+    assert newline_at < len(chain) - 1  # the chain goes on past its newline
+    n = len(chain)
+    draft = Draft(chain + other, list(range(-1, n - 1)) + [-1] + list(range(n, n + len(other) - 1)))
+    kept = decoding._reachable(draft, out)
+    assert kept.tokens == chain[:newline_at + 1] + other
+    assert kept.parents == list(range(-1, newline_at)) + [-1] + list(range(newline_at + 1, newline_at + len(other)))
+
+
+def test_lookup_with_a_stop_rule_verifies_fewer_tokens_and_writes_the_same(engine, monkeypatch):
+    """Single-line requests on repeated code: lookup's matches run on into the next line. The
+    pruned verification passes must be narrower in all, and the output still plain decoding's."""
+    monkeypatch.setattr(engine, "costs", PassCosts())  # long drafts, as on a GPU
+    text = stdlib_text("textwrap.py")
+    cut = text.index("    def _split(self, text):")
+    verified = []  # tokens fed to lookup's verification passes (not the prefill's)
+    forward = engine.target.forward
+
+    def counting(tokens, *args, **kwargs):
+        if kwargs.get("logits", True):
+            verified.append(len(tokens))
+        return forward(tokens, *args, **kwargs)
+
+    totals = []
+    for prune in (True, False):
+        if not prune:
+            monkeypatch.setattr(decoding, "_reachable", lambda draft, out: draft)
+        verified.clear()
+        for at in (200, 900, 1500):  # a second copy of the file begins: the lines repeat
+            prompt = text[:cut] + text[:text.index("\n", at) + 1]
+            request = Request(max_new_tokens=24, heal=False, stop=_single_line)
+            expected = engine.complete(prompt, request, "ar").tokens
+            monkeypatch.setattr(engine.target, "forward", counting)
+            assert engine.complete(prompt, request, "lookup").tokens == expected
+            monkeypatch.setattr(engine.target, "forward", forward)
+        totals.append(sum(verified))
+    assert totals[0] < totals[1]

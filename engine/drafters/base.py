@@ -56,6 +56,13 @@ class Draft:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def keep(self, nodes: Sequence[int]) -> Draft:
+        """The draft of these nodes only, in order; each one's parent must be kept too."""
+        index = {-1: -1} | {old: new for new, old in enumerate(nodes)}
+        return Draft([self.tokens[i] for i in nodes], [index[self.parents[i]] for i in nodes],
+                     None if self.probs is None else self.probs[list(nodes)],
+                     [self.info[i] for i in nodes] if self.info else [])
+
     def sources(self) -> list[str]:
         """Each node's source ("unknown" where the drafter did not say)."""
         return [i.source for i in self.info] if self.info else ["unknown"] * len(self.tokens)
