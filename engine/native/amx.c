@@ -8,7 +8,7 @@ rows, so that no multiplication per unit is left:
 - Q4_K and Q5_K: the 6-bit scale of each 32 columns is split, sc = 8 hi + lo, so that level * hi
   and level * lo fit a byte (at most 31 * 7); two TDPBUSDs per 64 columns give C_hi and C_lo:
   I = 8 C_hi + C_lo, exactly. M takes the zmm steps: each 32 columns' min times the tokens'
-  16-column sums (vpdpwssd), cheaper than a third plane on this tile unit.
+  32-column sums, two per vpdpwssd, cheaper than a third plane on this tile unit.
 - Q6_K (int8 scales per 16 columns, levels 0-63): the scale in base 4, sc = p0 + 4 p1 + 16 p2 +
   64 p3 (p0-p2 in 0..3, p3 in -2..1), so that level * p fits a byte (189 at most; signed for
   p3); with a plane of the scales themselves (M = 32 sum(sc * q): the registers' mins are
@@ -63,11 +63,11 @@ int draftline_tiles_from(void) { return enabled ? AMX_TOKENS : 0; }
 int amx_folds(int format, int T) { return format != Q6_K || T > TILE_T; }
 
 /* A row unpacked for folded tiles: Q4_K/Q5_K: the planes hi, lo [K] bytes each, then d
-   [K / 256] and dmin [K / 256] floats, then each 32 columns' min twice (int16 pairs, as the
-   activations' 16-column sums pair up: vpdpwssd); Q6_K: the planes p0, p1, p2, p3, sc [K] each,
-   then d. */
+   [K / 256] and dmin [K / 256] floats, then each 32 columns' min (int16, so that two pair up
+   with two 32-column sums of the activations in a vpdpwssd); Q6_K: the planes p0, p1, p2, p3,
+   sc [K] each, then d. */
 size_t amx_folded_bytes(int format, int K) {
-  return ((size_t)(format == Q6_K ? 5 * K : 2 * K + K / 8) + (size_t)K / 32 + 63) / 64 * 64;
+  return ((size_t)(format == Q6_K ? 5 * K : 2 * K + K / 16) + (size_t)K / 32 + 63) / 64 * 64;
 }
 
 /* Where a folded Q4_K/Q5_K row's d, dmin and mins start. */
@@ -119,7 +119,8 @@ ALWAYS_INLINE void fold_row(const Part *p, int format, int K, int row, uint8_t *
     const __m256i ints = _mm256_loadu_si256((const __m256i *)s.ints);
     if (format != Q6_K) { /* one scale and min per 32 columns, each twice in Scales */
       const __m256i hi = _mm256_srli_epi16(ints, 3), lo = _mm256_and_si256(ints, _mm256_set1_epi16(7));
-      memcpy(folded_mins(out, K) + j / 32, s.mints, sizeof s.mints);
+      int16_t *mins = (int16_t *)folded_mins(out, K) + j / 32;
+      for (int k = 0; k < 8; k++) mins[k] = s.mints[2 * k]; /* Scales has each twice */
       for (int k = 0; k < 8; k++) {
         const __m256i levels = read_levels(format, b, k);
         uint8_t *at = out + j + 32 * k;
@@ -295,14 +296,17 @@ static void amx_tile(const uint8_t *w, size_t ldw, int format, int folded, const
       }
     } else if (folded) {
       const int32_t *pairs = a->block_qsums + ((size_t)g * B + done) * 4 * TILE_T;
-      __m512i qsums[4]; /* each 32 columns' two 16-column sums, per token */
-      for (int p = 0; p < 4; p++) qsums[p] = _mm512_load_si512(pairs + p * TILE_T);
+      __m512i sums32[4], both[2]; /* each 32 columns' sum per token, then two of them per lane */
+      for (int p = 0; p < 4; p++) sums32[p] = _mm512_madd_epi16(_mm512_load_si512(pairs + p * TILE_T), _mm512_set1_epi16(1));
+      for (int p = 0; p < 2; p++)
+        both[p] = _mm512_or_si512(_mm512_and_si512(sums32[2 * p], _mm512_set1_epi32(0xffff)),
+                                  _mm512_slli_epi32(sums32[2 * p + 1], 16));
       for (int r = 0; r < R; r++) {
         const float *d = folded_d(w + r * ldw, K);
-        const int32_t *mins = folded_mins(w + r * ldw, K) + 4 * done;
+        const int32_t *mins = folded_mins(w + r * ldw, K) + 2 * done; /* pairs of 32-column mins */
         const __m512i I = _mm512_add_epi32(_mm512_slli_epi32(sums_at(ready, 0, r), 3), sums_at(ready, 1, r));
-        __m512i M = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++) M = _mm512_dpwssd_epi32(M, qsums[p], _mm512_set1_epi32(mins[p]));
+        const __m512i M = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), both[0], _mm512_set1_epi32(mins[0])),
+                                              both[1], _mm512_set1_epi32(mins[1]));
         acc[r] = kfold16(acc[r], I, M, d[done / 2], d[K / 256 + done / 2], s);
       }
     } else {
