@@ -297,7 +297,8 @@ static void amx_tile(const uint8_t *w, size_t ldw, int format, int folded, const
     } else if (folded) {
       const int32_t *pairs = a->block_qsums + ((size_t)g * B + done) * 4 * TILE_T;
       __m512i sums32[4], both[2]; /* each 32 columns' sum per token, then two of them per lane */
-      for (int p = 0; p < 4; p++) sums32[p] = _mm512_madd_epi16(_mm512_load_si512(pairs + p * TILE_T), _mm512_set1_epi16(1));
+      for (int p = 0; p < 4; p++)
+        sums32[p] = _mm512_madd_epi16(_mm512_load_si512(pairs + p * TILE_T), _mm512_set1_epi16(1));
       for (int p = 0; p < 2; p++)
         both[p] = _mm512_or_si512(_mm512_and_si512(sums32[2 * p], _mm512_set1_epi32(0xffff)),
                                   _mm512_slli_epi32(sums32[2 * p + 1], 16));
@@ -305,8 +306,8 @@ static void amx_tile(const uint8_t *w, size_t ldw, int format, int folded, const
         const float *d = folded_d(w + r * ldw, K);
         const int32_t *mins = folded_mins(w + r * ldw, K) + 2 * done; /* pairs of 32-column mins */
         const __m512i I = _mm512_add_epi32(_mm512_slli_epi32(sums_at(ready, 0, r), 3), sums_at(ready, 1, r));
-        const __m512i M = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), both[0], _mm512_set1_epi32(mins[0])),
-                                              both[1], _mm512_set1_epi32(mins[1]));
+        const __m512i M0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), both[0], _mm512_set1_epi32(mins[0]));
+        const __m512i M = _mm512_dpwssd_epi32(M0, both[1], _mm512_set1_epi32(mins[1]));
         acc[r] = kfold16(acc[r], I, M, d[done / 2], d[K / 256 + done / 2], s);
       }
     } else {

@@ -240,9 +240,11 @@ static inline __attribute__((always_inline)) void attend_hd(const Model *m, int 
         Vec dot[VEC];
         for (int i = 0; i < VEC; i++) {
           dot[i] = vec_zero();
-          for (int d = 0; d < hd / VEC; d++) dot[i] = vec_fma(vec_load(q + h * hd + VEC * d), vec_load(keys[i] + VEC * d), dot[i]);
+          for (int d = 0; d < hd / VEC; d++)
+            dot[i] = vec_fma(vec_load(q + h * hd + VEC * d), vec_load(keys[i] + VEC * d), dot[i]);
         }
-        store_seen(scores + (size_t)(b * heads + h) * stride + count[b], vec_mul(lane_sums(dot), vec_set1(scale)), seen[b]);
+        const Vec scaled = vec_mul(lane_sums(dot), vec_set1(scale));
+        store_seen(scores + (size_t)(b * heads + h) * stride + count[b], scaled, seen[b]);
       }
       count[b] += __builtin_popcount(seen[b]);
     }
@@ -531,10 +533,10 @@ void draftline_rows(const Matrix *w, const int64_t *ids, int n, float *out) {
 /* A pass of T tokens at cache positions start..start+T-1 (rotary positions `pos`; new token t
    attends to new token u iff local[t * T + u]). x [T, dim]: the input vectors, replaced by the
    final normed hidden states where `states` (or logits) are asked for; with neither, the pass
-   only fills the cache and x is left undefined. logits [T, head.rows], or NULL for none. `stop`: NULL, or a flag
-   the caller may set while the pass runs (a cancelled prefill): the pass then ends after the
-   layer in flight, having written part of these positions' keys and values, which the caller
-   drops. Returns 0, 1 when stopped, or -1 when out of memory. */
+   only fills the cache and x is left undefined. logits [T, head.rows], or NULL for none.
+   `stop`: NULL, or a flag the caller may set while the pass runs (a cancelled prefill): the
+   pass then ends after the layer in flight, having written part of these positions' keys and
+   values, which the caller drops. Returns 0, 1 when stopped, or -1 when out of memory. */
 int draftline_forward(const Model *m, int T, int start, const int32_t *pos, const uint8_t *local, float *x,
                       float *logits, int states, int threads, const volatile int *stop) {
   if (threads < 1) threads = 1;
