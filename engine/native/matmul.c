@@ -1,9 +1,10 @@
 /* Products of quantized activations (native.h's Acts, quantize.c) with matrices in their stored
-formats (formats.h): the entry point, `matmul`, and the route of passes wider than 4 tokens.
+formats (formats.h): the entry point, `matmul`, and the route of passes wider than FUSED_TOKENS.
 
 Two routes, chosen by the pass width alone, with the same arithmetic (product.h), so that a
 token's result in a 13-token pass is bitwise its result in a one-token pass:
-- up to 4 tokens: narrow.c reads each unit from the weights and multiplies it at once;
+- up to FUSED_TOKENS (8; 4 with 16 registers): narrow.c and narrow_k.c read each unit from the
+  weights and multiply it at once;
 - wider (here): a block of rows is unpacked once (levels, lane scales, mins) into scratch, and
   every token of the pass is multiplied with it in tiles of up to ROWS rows by TOKENS tokens.
 Float formats (F32, F16, BF16) are multiplied here in float32 with FMA, for every width.

@@ -1,5 +1,5 @@
-/* The products of passes of up to 4 tokens (8 for the K-quants, narrow_k.c: decoding and
-verification), for formats of 32-column blocks here: each 32-column
+/* The products of passes of up to 8 tokens (4 where there are only 16 registers; the K-quants
+in narrow_k.c: decoding and verification), for formats of 32-column blocks here: each 32-column
 unit of a row is read from the weights and multiplied with every token at once, nothing is
 stored; rows are taken a few at a time, interleaved block by block (independent chains for the
 out-of-order core), and the rows after them are prefetched in one sequential stream. A decoding
@@ -67,5 +67,15 @@ int narrow_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, i
 #define FUSED_4(F) fused_tile(p, F, K, a, T, 4, n, FUSED_ROWS_4, y, ldy, add)
       BLOCK32_FORMAT(FUSED_4)
     }
-  return n; /* wider passes go to the wide route */
+  else if (FUSED_TOKENS > 4 && T <= 6) /* 32 registers: a draft reading lookup's path, a target's tree */
+    for (; n + FUSED_ROWS_6 <= n1; n += FUSED_ROWS_6) {
+#define FUSED_6(F) fused_tile(p, F, K, a, T, 6, n, FUSED_ROWS_6, y, ldy, add)
+      BLOCK32_FORMAT(FUSED_6)
+    }
+  else if (FUSED_TOKENS > 4) /* 2 rows, though their 32 sums spill a little: 0.94x the time of 1 */
+    for (; n + 2 <= n1; n += 2) {
+#define FUSED_8(F) fused_tile(p, F, K, a, T, 8, n, 2, y, ldy, add)
+      BLOCK32_FORMAT(FUSED_8)
+    }
+  return n; /* rows left over go to the wide route */
 }

@@ -255,8 +255,8 @@ void amx_ktiles(const uint8_t *w, size_t ldw, int format, const Acts *a, int T, 
   if (integer_scales(p->format)) K_FORMAT(CALL) else BLOCK32_FORMAT(CALL)
 
 /* Rows n0..n1 of one part against T <= FUSED_TOKENS tokens, read and multiplied unit by unit
-   (narrow.c, narrow_k.c); returns where it stopped (rows left over, fewer than a tile, and
-   passes wider than 4 tokens of formats of 32-column blocks go to the wide route). */
+   (narrow.c, narrow_k.c); returns where it stopped (rows left over, fewer than a tile, go to
+   the wide route). */
 int narrow_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add);
 
 #endif
