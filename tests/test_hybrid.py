@@ -71,6 +71,27 @@ def test_beside_a_short_lookup_match_the_model_runs_only_where_its_tokens_are_ch
     assert len(gpu_draft) > len(cpu_draft)  # wide passes are cheap there: more of the tree
 
 
+class PathReadingModel(ScriptedModel):
+    """Reads lookup's likeliest path first, as a draft model does; parts from it at once."""
+
+    reads_prefix = True
+
+
+def test_beside_a_likely_path_the_model_runs_where_its_chain_after_parting_pays():
+    """Each token more in a pass costs a twentieth of a pass, a draft token a tenth (a GPU
+    beside a 3x smaller draft). Lookup's path from a 3-token match is likely but not sure, so
+    the model's guess beside each of its tokens adds little, and the path's end is seldom
+    reached. Where the model parts from the path its chain goes on, worth more than the draft
+    passes cost: it runs. (Crediting only the chain after the path's end, it did not.)"""
+    costs = PassCosts([0.0] + [1.0 + 0.05 * (w - 1) for w in range(1, 26)], draft_cost=0.1)
+    lookup = Lookup()
+    lookup.set_document("doc", DOCUMENT)
+    model = PathReadingModel([7, 8, 9, 10, 11, 12, 13, 14])
+    hybrid = Hybrid(lookup, model, costs, Acceptance())
+    draft = propose(hybrid, [1, 50] + DOCUMENT[:3])
+    assert model.calls == 1 and {i.source for i in draft.info} == {"document", "model"}
+
+
 def test_beside_a_long_lookup_match_no_machine_runs_the_model():
     """Lookup is then nearly sure: a model pass cannot add what its time would cost."""
     for costs in (CPU, GPU):

@@ -115,9 +115,9 @@ class Hybrid:
     def _model_pays(self, tree: TokenTree, path: list[int], context: Sequence[int], k: int) -> bool:
         """Would the tree be faster (expected tokens per second, its drafting time included)
         with what the model is expected to add? Its first pass reads lookup's likeliest path:
-        where a token there is wrong, its own guess may be right; after the path (or where it
-        parts from it) its chain goes on, each token right with its measured rates, a pass
-        each."""
+        where a token there is wrong, its own guess may be right; its chain goes on from where
+        it parts from the path (or after the path), each token right with its measured rates,
+        a pass each."""
         first, following = self.acceptance.model_first, self.acceptance.model_next
         d = self.costs.draft_cost * self.draft_time_ratio
         chances = sorted((n.chance for n in tree.nodes), reverse=True)[:self.max_nodes]
@@ -126,18 +126,25 @@ class Hybrid:
         for i in path:
             insort(chances, first * (reach - tree.nodes[i].chance), key=neg)
             reach = tree.nodes[i].chance
-        if not self.model.reads_prefix:  # its chain starts where lookup's first tokens are
+        if self.model.reads_prefix:
+            # Its chain goes on from wherever it parts from the path. The chances of parting at
+            # each place and of following the path to its end sum to one, so its l-th token past
+            # the parting one is right with first * following**l, wherever that is.
+            start = first
+        else:  # its chain starts where lookup's first tokens are
             reach = 1.0 - min(1.0, sum(n.chance for n in tree.nodes if n.parent == -1))
+            start = reach * first
         spent = self._first_pass(context, path) * self.draft_time_ratio
-        chance = reach * first
-        for length in range(1, k - len(path) + 1):
-            if chance < self.floor:
+        chance = reach * first  # its token after the path: the first pass's logits
+        for depth in range(k - len(path)):
+            if chance >= self.floor:
+                insort(chances, chance, key=neg)
+            elif depth:  # (a long path's end is unlikely to be reached; the chain may still pay)
                 break
-            insort(chances, chance, key=neg)
-            spent += d if length > 1 else 0.0
+            spent += d if depth else 0.0
             if best_prefix(chances[:self.max_nodes], self.costs, spent)[1] > now:
                 return True
-            chance *= following
+            chance = start * following ** (depth + 1)
         return False
 
     def _first_pass(self, context: Sequence[int], path: list[int]) -> float:
