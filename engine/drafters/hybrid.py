@@ -135,13 +135,15 @@ class Hybrid:
             reach = 1.0 - min(1.0, sum(n.chance for n in tree.nodes if n.parent == -1))
             start = reach * first
         spent = self._first_pass(context, path) * self.draft_time_ratio
-        chance = reach * first  # its token after the path: the first pass's logits
+        chance = reach * first  # its token after the path, from the first pass's logits
         for depth in range(k - len(path)):
+            # That token may be below the floor (a long path is seldom followed to its end)
+            # while the chain past a parting token is not; deeper tokens only get less likely.
             if chance >= self.floor:
                 insort(chances, chance, key=neg)
-            elif depth:  # (a long path's end is unlikely to be reached; the chain may still pay)
+            elif depth:
                 break
-            spent += d if depth else 0.0
+            spent += d if depth else 0.0  # each token past the first pass costs a draft pass
             if best_prefix(chances[:self.max_nodes], self.costs, spent)[1] > now:
                 return True
             chance = start * following ** (depth + 1)
