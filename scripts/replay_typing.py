@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from lsp_client import Client  # scripts/ is on the path when a script runs
+from lsp_server.bench.lsp_client import Client
 
 
 def main() -> int:

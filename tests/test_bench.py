@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lsp_server.bench.peers import PEER_MODES
 from lsp_server.bench.sources import find_sources
 from lsp_server.bench.quality import edit_similarity, line_tasks
 from lsp_server.bench.tasks import build_tasks
@@ -190,7 +191,8 @@ def test_default_modes_skip_peers_that_cannot_run_with_one_line_each(capsys):
     err = capsys.readouterr().err
     assert "lsp_server bench: skipping a peer: hf-assisted needs" in err
     assert ("llamacpp" in modes) == (importlib.util.find_spec("llama_cpp") is not None)
-    assert err.count("\n") == 4 - len(modes[3:])  # one line per skipped peer
+    assert "llama-server-spec" not in modes  # it needs --draft
+    assert err.count("\n") == len(PEER_MODES) - len(modes[3:])  # one line per skipped peer
 
 
 def test_quality_scores_every_mode_alike_in_fp32(bench):

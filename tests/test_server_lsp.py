@@ -31,6 +31,8 @@ AUTO = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerK
 async def client(lsp_client: LanguageClient):
     statuses = lsp_client.statuses = []
     lsp_client.feature("draftline/status")(lambda params: statuses.append(params))
+    ready = lsp_client.ready = []
+    lsp_client.feature("draftline/suggestionReady")(lambda params: ready.append(params))
     result = await lsp_client.initialize_session(types.InitializeParams(
         capabilities=types.ClientCapabilities(), initialization_options=OPTIONS))
     lsp_client.capabilities_result = result.capabilities
@@ -196,8 +198,9 @@ async def test_requests_for_the_same_spot_share_one_generation(client: LanguageC
 
 
 async def test_budget_never_shows_a_fragment_and_finishes_in_background(client: LanguageClient):
-    """A generation the time budget cuts is not shown; it goes on, and the next request at
-    that spot gets the whole suggestion, equal to an unhurried run's."""
+    """A generation the time budget cuts is not shown; it goes on, the client hears when it is
+    ready (editors do not ask again by themselves), and the next request at that spot gets the
+    whole suggestion, equal to an unhurried run's."""
     block = "def area(width, height):\n    "
     uri = open_doc(client, "budget.py", block)
     settings = lambda budget: types.DidChangeConfigurationParams(settings={**OPTIONS, "timeBudgetMs": budget})  # noqa: E731
@@ -205,9 +208,10 @@ async def test_budget_never_shows_a_fragment_and_finishes_in_background(client: 
     before = await stats(client)
     cut = await client.text_document_inline_completion_async(inline_params(uri, *end_of(block)))
     for _ in range(300):  # the background job finishes
-        if (await stats(client))["generated"] > before["generated"]:
+        if any(r.uri == uri for r in client.ready):
             break
         await asyncio.sleep(0.1)
+    ready = [r for r in client.ready if r.uri == uri]
     whole = await client.text_document_inline_completion_async(inline_params(uri, *end_of(block)))
     after = await stats(client)
     client.workspace_did_change_configuration(settings(0))
@@ -216,6 +220,7 @@ async def test_budget_never_shows_a_fragment_and_finishes_in_background(client: 
     unhurried = await client.text_document_inline_completion_async(inline_params(fresh, *end_of(block)))
     close_doc(client, fresh)
     assert cut is None
+    assert len(ready) == 1 and (ready[0].position.line, ready[0].position.character) == end_of(block)
     assert after["continued"] == before["continued"] + 1
     assert after["cacheHits"] == before["cacheHits"] + 1
     assert whole is not None and whole.items[0].insert_text == unhurried.items[0].insert_text

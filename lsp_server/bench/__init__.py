@@ -21,6 +21,10 @@ from pathlib import Path
 from engine.api import MODES
 from engine.errors import EngineError
 from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwidth_gb_s
+from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
+from lsp_server.bench.pauses import DraftlineEditor, LlamaVimEditor, format_pauses, run_pauses, walks
+from lsp_server.bench.pauses import as_json as pauses_json
+from lsp_server.bench.pauses import summarize as summarize_pauses
 from lsp_server.bench.peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
 from lsp_server.bench.report import format_table, plot, summarize, write_json
 from lsp_server.bench.quality import CONTEXTS, format_quality, line_tasks, score
@@ -29,7 +33,7 @@ from lsp_server.bench.runner import Contender, Documents, EngineMode, Progress, 
 from lsp_server.bench.sources import SOURCE_SUFFIXES, Sources, find_sources
 from lsp_server.bench.tasks import WORKLOADS, Task, build_tasks, prompt_tokens
 from lsp_server.engines import open_engine
-from lsp_server.options import add_model_arguments, model_settings
+from lsp_server.options import add_model_arguments, model_flags, model_settings
 
 REMOTE = "remote"  # the mode of a shared server's runs
 
@@ -55,6 +59,10 @@ def add_parser(sub) -> None:
                    help="also score N next-line completions of your code per workload (lines using a name "
                         "another file defines, other lines): exact match, edit similarity, through the "
                         "server's suggestion path, in every mode")
+    p.add_argument("--pauses", type=int, default=0, metavar="N",
+                   help="also replay N pauses of someone writing your files line by line, through the stdio "
+                        "server and through llama-server asked as llama.vim asks it (pauses.py)")
+    p.add_argument("--key-ms", type=float, default=60, help="time between keystrokes in --pauses (default 60)")
     p.add_argument("--context", choices=("repo", "none", "both"), default="both",
                    help="with --quality: with the repository context, without it, or both (default)")
     p.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
@@ -137,9 +145,37 @@ def _model_path(args: argparse.Namespace) -> Path | None:
     return resolve(args.model)
 
 
+def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> dict:
+    """The pause replay (pauses.py): our server, and llama-server where it can run."""
+    chosen = walks(files, args.pauses, args.seed)
+    if not chosen:
+        raise _fail("--pauses needs files of at least 60 lines")
+    root = Path(os.path.commonpath([str(w.path.resolve().parent) for w in chosen]))
+    editors = [DraftlineEditor([sys.executable, "-m", "lsp_server.cli", "--stdio", *model_flags(args)], root)]
+    server = None
+    try:
+        check_peer("llama-server", model_path, None)
+        server = LlamaServer(model_path, len(os.sched_getaffinity(0)))
+        editors.append(LlamaVimEditor(server))
+    except (PeerUnavailable, ServerUnavailable) as exc:
+        _say(f"pauses without llama-server: {exc}")
+    try:
+        pauses = run_pauses(editors, chosen, args.key_ms / 1000)
+    finally:
+        editors[0].stop()
+        if server is not None:
+            server.close()
+    return {"summary": summarize_pauses(pauses), "runs": pauses_json(pauses),
+            "files": [str(w.path) for w in chosen], "key_ms": args.key_ms}
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.tasks < 0 or args.quality < 0 or args.max_new_tokens < 1 or args.tasks + args.quality == 0:
-        raise _fail("--tasks and --quality must be at least 0, one of them positive; --max-new-tokens at least 1")
+    if min(args.tasks, args.quality, args.pauses) < 0 or args.max_new_tokens < 1 or \
+            args.tasks + args.quality + args.pauses == 0:
+        raise _fail("--tasks, --quality and --pauses must be at least 0, one of them positive; "
+                    "--max-new-tokens at least 1")
+    if args.pauses and args.endpoint:
+        raise _fail("--pauses starts a local server; it does not take --endpoint")
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise _fail("--plot needs matplotlib, which is not installed: pip install 'draftline[bench]'")
     try:
@@ -200,11 +236,15 @@ def run(args: argparse.Namespace) -> int:
             report["quality"] = summarize_quality(scored, engine_modes, baseline=modes[0])
     except EngineError as exc:  # a remote server that stopped answering
         raise _fail(str(exc)) from None
+    if args.pauses:
+        report["pauses"] = _pause_replay(args, sources.files, model_path)
     if not remote:
         report["model"]["pass_cost_learned"] = engine.describe()["pass_cost"]
     table = format_table(report) if tasks else ""
     if quality_lines:
         table += format_quality(report["quality"])
+    if args.pauses:
+        table += format_pauses(report["pauses"]["summary"])
     sys.stdout.write(table.lstrip("\n") + "\n")  # the report is the command's output
     if args.json is not None:
         write_json(report, args.json)

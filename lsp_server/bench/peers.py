@@ -1,6 +1,8 @@
-"""Other engines on the same weights and tasks: Hugging Face transformers and llama.cpp.
+"""Other engines on the same weights and tasks: Hugging Face transformers, llama.cpp through
+llama-cpp-python, and llama.cpp's own llama-server (plain, and speculative with a draft model).
 
-Each peer is optional: it runs only when its library is importable. Each is a contender of
+Each peer is optional: it runs only when its library is importable or its program found. The
+llama.cpp peers run in processes of their own with the user's environment (peer_env.py). Each is a contender of
 runner.py: it gets the same prompt token ids, greedy decoding, the same token limit and
 end-of-text tokens as our modes, and, like them, either a prefilled prompt before the clock
 starts (warm: the timings compare decoding alone) or an empty cache (cold: the prefill is
@@ -8,15 +10,22 @@ timed too).
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.errors import EngineError
+from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable, find_binary
+from lsp_server.bench.peer_env import peer_environment
 from lsp_server.bench.report import Run
 
-PEER_MODES = ("hf-ar", "hf-lookup", "hf-assisted", "llamacpp")
+PEER_MODES = ("hf-ar", "hf-lookup", "hf-assisted", "llamacpp", "llama-server", "llama-server-spec")
 HF_LOOKUP_TOKENS = 10  # the value Hugging Face's documentation suggests
 _LIBRARY = {"hf-ar": "transformers", "hf-lookup": "transformers", "hf-assisted": "transformers",
             "llamacpp": "llama_cpp"}
@@ -41,8 +50,13 @@ class PeerUnavailable(Exception):
 
 def check_peer(mode: str, model: Path, draft: Path | None) -> None:
     """Raise PeerUnavailable with one clear sentence if `mode` cannot run here."""
-    library = _LIBRARY[mode]
-    if importlib.util.find_spec(library) is None:
+    library = _LIBRARY.get(mode)
+    if library is None:  # a program, not a library
+        try:
+            find_binary()
+        except ServerUnavailable as exc:
+            raise PeerUnavailable(f"{mode}: {exc}") from None
+    elif importlib.util.find_spec(library) is None:
         raise PeerUnavailable(f"{mode} needs {library}, which is not installed: {_INSTALL[library]}")
     if mode == "hf-assisted" and (draft is None or not draft.exists()):
         raise PeerUnavailable("hf-assisted needs an assistant model that transformers can load: "
@@ -50,8 +64,10 @@ def check_peer(mode: str, model: Path, draft: Path | None) -> None:
     if mode.startswith("hf-") and model.suffix == ".gguf" and importlib.util.find_spec("accelerate") is None:
         raise PeerUnavailable(f"{mode} loads a GGUF through transformers, which then needs accelerate: "
                               "pip install accelerate")
-    if mode == "llamacpp" and model.suffix != ".gguf":
-        raise PeerUnavailable("llamacpp needs a .gguf model")
+    if mode.startswith("llama") and model.suffix != ".gguf":
+        raise PeerUnavailable(f"{mode} needs a .gguf model")
+    if mode == "llama-server-spec" and (draft is None or draft.suffix != ".gguf" or not draft.exists()):
+        raise PeerUnavailable("llama-server-spec needs a draft model in a .gguf file: give --draft")
 
 
 def _hf_load(path: Path, dtype):
@@ -93,47 +109,49 @@ def _hf_peer(model, eos_ids: frozenset[int], decode: Decode, **generate_args) ->
     return run
 
 
-def _fastest_llama(path: Path):
-    """llama.cpp with the thread count that decodes fastest here (one, or every core this
-    process may use), timed at load: on a small CPU with OMP_WAIT_POLICY=PASSIVE (which the Makefile
-    sets for torch) two threads took 34 ms per token and one 14 ms, so a fixed choice would
-    handicap the peer. Each count gets its best of 3 rounds of 8 tokens after a 64-token
-    prompt: one round on a noisy machine once picked the slower count (6-7 tokens/s against
-    12, measured side by side)."""
-    from llama_cpp import Llama
-
-    best = None
-    for threads in sorted({1, len(os.sched_getaffinity(0))}):
-        llm = Llama(model_path=str(path), n_ctx=4096, n_threads=threads, verbose=False)
-        llm.eval([llm.token_bos()] * 64)
-        rounds = []
-        for _ in range(3):
-            start = time.perf_counter()
-            for _ in range(8):
-                llm.eval([llm.token_bos()])
-            rounds.append(time.perf_counter() - start)
-        llm.reset()
-        if best is None or min(rounds) < best[0]:
-            best = (min(rounds), llm)
-    return best[1]
+def _threads() -> int:
+    return len(os.sched_getaffinity(0))
 
 
 def _llamacpp_peer(path: Path, eos_ids: frozenset[int], decode: Decode) -> RunPeer:
-    llm = _fastest_llama(path)
+    """llama-cpp-python in its own process (llamacpp_worker.py), one thread per core."""
+    worker = subprocess.Popen([sys.executable, str(Path(__file__).with_name("llamacpp_worker.py")), str(path),
+                               str(_threads())], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=peer_environment())
+    atexit.register(worker.kill)
 
     def run(prompt: list[int], max_new_tokens: int, cold: bool) -> Run:
-        llm.reset()
-        if not cold:
-            llm.eval(prompt[:-1])  # the untimed prefill; generate() reuses it as a common prefix
-        new: list[int] = []
-        start = time.perf_counter()
-        for token in llm.generate(prompt, top_k=1, temp=0.0):
-            new.append(token)
-            if token in eos_ids or len(new) == max_new_tokens:
-                break
-        ms = (time.perf_counter() - start) * 1000
+        worker.stdin.write(json.dumps({"prompt": prompt, "max_new_tokens": max_new_tokens, "cold": cold,
+                                       "eos": sorted(eos_ids)}) + "\n")
+        worker.stdin.flush()
+        answer = worker.stdout.readline()
+        if not answer:
+            raise EngineError(f"the llamacpp peer's process ended (exit code {worker.wait()})")
+        reply = json.loads(answer)
+        new = reply["tokens"]
         tokens = _strip_eos(new, eos_ids)
-        return Run(-1, "", tokens, decode(tokens), ms, len(new), len(new))
+        return Run(-1, "", tokens, decode(tokens), reply["ms"], len(new), len(new))
+
+    return run
+
+
+def _llama_server_peer(server: LlamaServer, eos_ids: frozenset[int], decode: Decode) -> RunPeer:
+    """llama-server: warm is its prompt cache holding the prompt (a request of no new tokens
+    first, as llama.vim warms it); cold is `cache_prompt: false`, the whole prompt prefilled."""
+
+    def run(prompt: list[int], max_new_tokens: int, cold: bool) -> Run:
+        if not cold:
+            server.post("/completion", {"prompt": prompt, "n_predict": 0, "cache_prompt": True})
+        start = time.perf_counter()
+        reply = server.post("/completion", {"prompt": prompt, "n_predict": max_new_tokens, "cache_prompt": not cold,
+                                            "samplers": ["top_k"], "top_k": 1, "return_tokens": True})
+        ms = (time.perf_counter() - start) * 1000
+        tokens = _strip_eos(reply["tokens"], eos_ids)
+        emitted = len(reply["tokens"]) + (reply.get("stop_type") == "eos" and len(tokens) == len(reply["tokens"]))
+        timings = reply.get("timings", {})
+        drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+        passes = emitted - accepted if accepted is not None else None
+        return Run(-1, "", tokens, decode(tokens), ms, emitted, passes, drafted, accepted)
 
     return run
 
@@ -147,5 +165,12 @@ def load_peers(modes: list[str], model: Path, draft: Path | None, dtype,
         "hf-ar": lambda: _hf_peer(hf, eos_ids, decode),
         "hf-lookup": lambda: _hf_peer(hf, eos_ids, decode, prompt_lookup_num_tokens=HF_LOOKUP_TOKENS),
         "hf-assisted": lambda: _hf_peer(hf, eos_ids, decode, assistant_model=_hf_load(draft, dtype)),
-        "llamacpp": lambda: _llamacpp_peer(model, eos_ids, decode)}
+        "llamacpp": lambda: _llamacpp_peer(model, eos_ids, decode),
+        "llama-server": lambda: _llama_server_peer(_serve(LlamaServer(model, _threads())), eos_ids, decode),
+        "llama-server-spec": lambda: _llama_server_peer(_serve(LlamaServer(model, _threads(), draft)), eos_ids, decode)}
     return [Peer(mode, runs[mode]()) for mode in modes]
+
+
+def _serve(server: LlamaServer) -> LlamaServer:
+    atexit.register(server.close)
+    return server

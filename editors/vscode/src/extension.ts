@@ -39,6 +39,7 @@ async function startClient(): Promise<void> {
   const c = createClient(serverPathFromSettings(), readLanguages(), sent);
   client = c;
   c.onNotification('draftline/status', (s: ServerStatus) => statusBar?.update(s));
+  c.onNotification('draftline/suggestionReady', askAgain);
   c.onDidChangeState((e) => {
     if (e.newState === State.Stopped && client === c) {
       statusBar?.update({ state: 'error', message: 'the server stopped; see the Draftline output' });
@@ -48,6 +49,17 @@ async function startClient(): Promise<void> {
     await c.start();
   } catch (err) {
     statusBar?.update({ state: 'error', message: `cannot start the server: ${err instanceof Error ? err.message : err}` });
+  }
+}
+
+// A request answered empty at the server's time budget has its suggestion now: ask again if the
+// cursor is still where it was (the server then answers from its cache at once).
+async function askAgain(ready: { uri: string; position: { line: number; character: number } }): Promise<void> {
+  const editor = vscode.window.activeTextEditor;
+  const at = editor?.selection.active;
+  if (editor && at && editor.document.uri.toString() === ready.uri && at.line === ready.position.line &&
+      at.character === ready.position.character) {
+    await vscode.commands.executeCommand('editor.action.inlineSuggest.trigger');
   }
 }
 

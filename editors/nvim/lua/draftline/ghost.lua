@@ -104,6 +104,13 @@ local function on_change(bufnr, debounce_ms)
   end, debounce_ms)
 end
 
+--- Ask again at the cursor (the server has a suggestion ready there).
+function M.ask_again(bufnr)
+  if buffers[bufnr] then
+    request(bufnr)
+  end
+end
+
 function M.dismiss()
   local bufnr = vim.api.nvim_get_current_buf()
   local b = buffers[bufnr]

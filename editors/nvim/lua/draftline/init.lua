@@ -96,11 +96,25 @@ local function set_keymaps(keymaps, impl)
   end
 end
 
+-- A request answered empty at the server's time budget has its suggestion now: ask again if the
+-- cursor is still where it was (the server then answers from its cache at once).
+local function on_suggestion_ready(_, params)
+  local bufnr = vim.uri_to_bufnr(params.uri)
+  if bufnr ~= vim.api.nvim_get_current_buf() or not vim.api.nvim_get_mode().mode:match('^i') then
+    return
+  end
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  local character = vim.str_utfindex(vim.api.nvim_get_current_line(), 'utf-16', col, false)
+  if row - 1 == params.position.line and character == params.position.character then
+    M.impl.ask_again(bufnr)
+  end
+end
+
 function M.setup(opts)
   local cfg = config.merge(opts)
   local impl = (vim.lsp.inline_completion and not cfg.force_fallback) and require('draftline.native')
     or require('draftline.ghost')
-  M.config = cfg
+  M.config, M.impl = cfg, impl
   vim.lsp.config('draftline', {
     cmd = config.server_cmd(cfg.cmd),
     -- torch's idle OpenMP threads spin; passive waiting keeps the editor responsive.
@@ -110,7 +124,7 @@ function M.setup(opts)
     -- Nothing when the user set nothing: an empty table would go out as a JSON array.
     init_options = next(cfg.settings) and cfg.settings or nil,
     settings = next(cfg.settings) and { draftline = cfg.settings } or nil,
-    handlers = { ['draftline/status'] = on_status },
+    handlers = { ['draftline/status'] = on_status, ['draftline/suggestionReady'] = on_suggestion_ready },
   })
   vim.lsp.enable('draftline')
   vim.api.nvim_create_autocmd('LspAttach', {

@@ -34,6 +34,12 @@ function M.accept(how)
   })
 end
 
+--- Ask again at the cursor (the server has a suggestion ready there): the native client asks on
+--- CursorMovedI, after its own 200 ms debounce.
+function M.ask_again(bufnr)
+  vim.api.nvim_exec_autocmds('CursorMovedI', { buffer = bufnr, modeline = false })
+end
+
 --- Hide the visible suggestion (until the next edit); false when there is none. 0.12 has no
 --- public "dismiss": `get()` clears the suggestion and cancels the pending request before it
 --- hands the item to `on_accept`, which drops it here.

@@ -1,5 +1,5 @@
-"""A minimal LSP client over stdio for the measuring scripts: raw JSON-RPC frames, replies
-timestamped as they arrive."""
+"""A minimal LSP client over stdio for bench's pause replay and the measuring scripts: raw
+JSON-RPC frames, replies timestamped as they arrive, the server's status notifications kept."""
 from __future__ import annotations
 
 import argparse
@@ -26,6 +26,7 @@ class Client:
         env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.replies: dict[int, tuple[float, dict]] = {}
+        self.status: dict = {}  # the server's last draftline/status notification
         self.cond = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -37,10 +38,12 @@ class Client:
                 while out.readline() not in (b"\r\n", b""):
                     pass
                 message = json.loads(out.read(length))
-                if "id" in message:
-                    with self.cond:
+                with self.cond:
+                    if "id" in message:
                         self.replies[message["id"]] = (time.perf_counter(), message)
-                        self.cond.notify_all()
+                    elif message.get("method") == "draftline/status":
+                        self.status = message["params"]
+                    self.cond.notify_all()
 
     def send(self, message: dict) -> None:
         body = json.dumps({"jsonrpc": "2.0", **message}).encode()
@@ -55,3 +58,18 @@ class Client:
     def request(self, msg_id: int, method: str, params: dict, timeout: float = 300) -> dict:
         self.send({"id": msg_id, "method": method, "params": params})
         return self.wait(msg_id, timeout)
+
+    def notify(self, method: str, params: dict) -> None:
+        self.send({"method": method, "params": params})
+
+    def wait_status(self, states: tuple[str, ...], timeout: float = 600) -> dict:
+        """The server's status once its state is one of `states`."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.status.get("state") in states, timeout)
+        return self.status
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.request(-1, "shutdown", None, timeout=30)
+            self.notify("exit", None)
+            self.proc.wait(30)

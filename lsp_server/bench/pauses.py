@@ -1,0 +1,232 @@
+"""`bench --pauses N`: someone writing real code, a pause after each new line's indentation.
+
+Each of a few of the user's files is written again from a point in it: the file so far is
+opened, and the next lines are typed one by one (the newline and the indentation, a pause, then
+the rest of the line at --key-ms a character). The first pause comes right after the opening,
+as it does when someone starts work in a file. At each pause the contender is asked once, as an
+editor asks once (Neovim 0.12 and VS Code do not ask again while the user waits):
+
+- `draftline`: our stdio server (`lsp_server --stdio`, the bench's model and settings), through
+  didOpen, didChange and textDocument/inlineCompletion;
+- `llama-server`: llama.cpp's server started with its FIM presets' flags in the user's
+  environment, asked `POST /infill` the way llama.vim asks it (256 lines above, the rest of
+  the line and 64 below, n_predict 256, top_k 40, top_p 0.99, t_max_predict_ms 1500).
+
+Scored per pause: whether ghost text came, its first line against the line the file has (exact,
+edit similarity), and the time from the request to the answer; both see the same pauses, taken
+in turn, each from a freshly loaded process with the model already in memory.
+"""
+from __future__ import annotations
+
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lsp_server.bench.llama_server import LlamaServer
+from lsp_server.bench.lsp_client import Client
+from lsp_server.bench.quality import edit_similarity
+from lsp_server.bench.sources import SourceFile
+
+PAUSES_PER_FILE = 4
+MIN_CODE_CHARS = 6  # `else:`, `pass`, `}` say little
+LLAMA_VIM = {"n_predict": 256, "top_k": 40, "top_p": 0.99, "samplers": ["top_k", "top_p", "infill"],
+             "cache_prompt": True, "t_max_prompt_ms": 500, "t_max_predict_ms": 1500, "seed": 0}
+LLAMA_VIM_PREFIX_LINES, LLAMA_VIM_SUFFIX_LINES = 256, 64
+
+
+@dataclass(frozen=True)
+class Walk:
+    """One file written again from line `first` (0-based): the lines before it exist already."""
+    path: Path
+    lines: list[str]
+    first: int
+    pauses: list[int]  # the lines typed after a pause (the others are typed without one)
+
+
+@dataclass
+class Pause:
+    contender: str
+    path: str
+    line: int
+    expected: str
+    ghost: str  # the first line of what was shown; "" for nothing
+    ms: float  # from the request to the answer
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.ghost) and self.ghost == self.expected
+
+
+def _is_code(line: str) -> bool:
+    code = line.strip()
+    return len(code) >= MIN_CODE_CHARS and not code.startswith(("#", "//", "/*", "*", '"""', "'''"))
+
+
+def walks(sources: list[SourceFile], count: int, seed: int) -> list[Walk]:
+    """`count` pauses over files of at least 60 lines, PAUSES_PER_FILE in each, from a point at
+    least 40 lines in; the same for the same seed and files."""
+    rng = random.Random(f"{seed}:pauses")
+    files = sorted((s for s in sources if s.text.count("\n") >= 60), key=lambda s: str(s.path))
+    rng.shuffle(files)
+    chosen = []
+    for source in files:
+        if len(chosen) * PAUSES_PER_FILE >= count:
+            break
+        lines = source.text.split("\n")
+        starts = [i for i in range(40, len(lines)) if _is_code(lines[i])]
+        if len(starts) < PAUSES_PER_FILE * 2:
+            continue
+        first = rng.choice(starts[:len(starts) - PAUSES_PER_FILE * 2])
+        code = [i for i in range(first, len(lines)) if _is_code(lines[i])]
+        n = min(PAUSES_PER_FILE, count - len(chosen) * PAUSES_PER_FILE)
+        chosen.append(Walk(source.path, lines, first, code[:n]))
+    return chosen
+
+
+def _first_line(text: str) -> str:
+    return text.split("\n", 1)[0].strip()
+
+
+def _indent(line: str) -> str:
+    return line[:len(line) - len(line.lstrip())]
+
+
+class DraftlineEditor:
+    """Our server as an editor drives it over stdio."""
+    name = "draftline"
+
+    def __init__(self, server_cmd: list[str], root: Path):
+        self.client = Client(server_cmd)
+        self.ids = iter(range(1, 1 << 30))
+        self.client.request(next(self.ids), "initialize", {
+            "processId": None, "rootUri": root.resolve().as_uri(), "capabilities": {},
+            "workspaceFolders": [{"uri": root.resolve().as_uri(), "name": root.name}]})
+        self.client.notify("initialized", {})
+        status = self.client.wait_status(("ready", "error"))
+        if status.get("state") != "ready":
+            raise RuntimeError(f"the server did not load its model: {status.get('message')}")
+        self.version = 0
+
+    def open(self, uri: str, text: str) -> None:
+        self.uri, self.version = uri, 1
+        self.client.notify("textDocument/didOpen", {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": text}})
+
+    def insert(self, line: int, character: int, text: str) -> None:
+        self.version += 1
+        at = {"line": line, "character": character}
+        self.client.notify("textDocument/didChange", {
+            "textDocument": {"uri": self.uri, "version": self.version},
+            "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]})
+
+    def ask(self, lines: list[str], line: int, character: int) -> str:
+        reply = self.client.request(next(self.ids), "textDocument/inlineCompletion", {
+            "textDocument": {"uri": self.uri}, "position": {"line": line, "character": character},
+            "context": {"triggerKind": 2}})
+        items = (reply.get("result") or {}).get("items") or []
+        before = lines[line][:character]
+        return items[0]["insertText"][len(before):] if items else ""
+
+    def close(self) -> None:
+        self.client.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
+
+    def stop(self) -> None:
+        self.client.close()
+
+
+class LlamaVimEditor:
+    """llama-server asked as llama.vim asks it; the document lives in the editor (here)."""
+    name = "llama-server"
+
+    def __init__(self, server: LlamaServer):
+        self.server = server
+
+    def open(self, uri: str, text: str) -> None:
+        pass
+
+    def insert(self, line: int, character: int, text: str) -> None:
+        pass
+
+    def ask(self, lines: list[str], line: int, character: int) -> str:
+        before, after = lines[line][:character], lines[line][character:]
+        body = LLAMA_VIM | {
+            "input_prefix": "".join(f"{s}\n" for s in lines[max(0, line - LLAMA_VIM_PREFIX_LINES):line]),
+            "input_suffix": "\n".join([after, *lines[line + 1:line + 1 + LLAMA_VIM_SUFFIX_LINES]]),
+            "prompt": before if before.strip() else "", "n_indent": len(_indent(before)), "input_extra": []}
+        return self.server.post("/infill", body).get("content", "")
+
+    def close(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def replay(editor, walk: Walk, key_s: float) -> list[Pause]:
+    """Write `walk`'s file again in `editor`, pausing at its pauses."""
+    lines = walk.lines[:walk.first]
+    uri = walk.path.resolve().as_uri()
+    editor.open(uri, "\n".join(lines))
+    results = []
+    for number in range(walk.first, walk.pauses[-1] + 1):
+        target = walk.lines[number]
+        indent = _indent(target)
+        editor.insert(number - 1, len(lines[-1]), "\n" + indent)
+        lines.append(indent)
+        if number in walk.pauses:
+            started = time.perf_counter()
+            ghost = editor.ask(lines, number, len(indent))
+            results.append(Pause(editor.name, str(walk.path), number, target.strip(), _first_line(ghost),
+                                 (time.perf_counter() - started) * 1000))
+        for character in target[len(indent):]:  # typed key by key
+            editor.insert(number, len(lines[number]), character)
+            lines[number] += character
+            time.sleep(key_s)
+    editor.close()
+    return results
+
+
+def summarize(pauses: list[Pause]) -> dict:
+    """{contender: numbers}."""
+    out = {}
+    for name in dict.fromkeys(p.contender for p in pauses):
+        mine = [p for p in pauses if p.contender == name]
+        shown = [p.ms for p in mine if p.ghost]
+        out[name] = {
+            "pauses": len(mine), "with_ghost_text": len(shown),
+            "exact_first_line": round(sum(p.exact for p in mine) / len(mine), 4),
+            "edit_similarity": round(float(np.mean([edit_similarity(p.ghost, p.expected) for p in mine])), 4),
+            "p50_ms": round(float(np.percentile([p.ms for p in mine], 50)), 1),
+            "p90_ms": round(float(np.percentile([p.ms for p in mine], 90)), 1),
+            "first_in_file_p50_ms": round(float(np.percentile(
+                [p.ms for p in mine if p.line == min(q.line for q in mine if q.path == p.path)], 50)), 1)}
+    return out
+
+
+def run_pauses(editors: list, chosen: list[Walk], key_s: float) -> list[Pause]:
+    """Each walk in each editor, the editors in turn per walk (machine drift hits both alike)."""
+    pauses = []
+    for i, walk in enumerate(chosen):
+        for editor in editors[i % len(editors):] + editors[:i % len(editors)]:
+            print(f"lsp_server bench: pauses {walk.path.name} {editor.name}", file=sys.stderr)
+            pauses += replay(editor, walk, key_s)
+    return pauses
+
+
+def format_pauses(numbers: dict) -> str:
+    lines = ["\n\npauses: ghost text after a pause at a new line's indentation (the first right after opening)",
+             f"{'contender':<14}{'pauses':>7}{'shown':>7}{'exact':>7}{'edit sim':>10}{'p50 ms':>9}{'p90 ms':>9}"
+             f"{'first p50':>11}"]
+    for name, m in numbers.items():
+        lines.append(f"{name:<14}{m['pauses']:>7}{m['with_ghost_text']:>7}{m['exact_first_line']:>7.2f}"
+                     f"{m['edit_similarity']:>10.2f}{m['p50_ms']:>9.0f}{m['p90_ms']:>9.0f}{m['first_in_file_p50_ms']:>11.0f}")
+    lines.append("(ms: from the request to the answer; first: the first pause in each file, right after opening)")
+    return "\n".join(lines)
+
+
+def as_json(pauses: list[Pause]) -> list[dict]:
+    return [asdict(p) | {"exact": p.exact} for p in pauses]

@@ -1,0 +1,121 @@
+"""The window of a request at a new spot whose full window would take too long to prefill: within
+a token budget, the lines that inform the cursor's line most, in the file's order.
+
+    the cursor's line and the lines just above it   (at least half the budget)
+    the headers of the scopes around the cursor     (`class Shape:`, a function's signature)
+    the file's imports                              (the names the line may use)
+    the first lines after the cursor                (a fifth of the budget, as the full window)
+
+The nearest lines alone are what a short window used to be; the skeleton of scopes and imports
+costs a few tokens and says which names exist (docs/context.md, "The cold window").
+"""
+from __future__ import annotations
+
+import re
+
+from engine.tokenization.tokenizer import Tokenizer
+from lsp_server.context import Cursor, fim_prompt, suffix_window
+
+NEAR_SHARE = 0.5  # of the prefix budget, always for the lines just above the cursor
+HEADER_SHARE = 0.25  # at most, for the enclosing scopes' headers
+IMPORT_SHARE = 0.2  # at most, for the imports
+SUFFIX_SHARE = 0.2  # of the whole budget, at most, for the lines after the cursor
+MAX_HEADER_LINES = 6  # a signature continued over several lines
+_IMPORT = re.compile(r"(import |from \S+ import|use |extern crate |#include|package |"
+                     r"(const|let|var) .*= *require\()")
+_CLOSER = re.compile(r"[)\]}]")  # a line that closes a scope opens none
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _continued(lines: list[str], start: int) -> list[int]:
+    """Line `start` and the lines that continue it while its brackets stay open (a signature or
+    an import over several lines)."""
+    taken, depth = [], 0
+    for i in range(start, min(len(lines), start + MAX_HEADER_LINES)):
+        taken.append(i)
+        depth += sum(lines[i].count(c) for c in "([{") - sum(lines[i].count(c) for c in ")]}")
+        if depth <= 0:
+            break
+    return taken
+
+
+def scope_headers(lines: list[str], cursor: int) -> list[list[int]]:
+    """The headers of the scopes around line `cursor`, innermost first: each line above it that
+    is indented less than everything between, with its continuation lines."""
+    level = _indent(lines[cursor]) if lines[cursor].strip() else len(lines[cursor])
+    headers = []
+    for i in range(cursor - 1, -1, -1):
+        if level == 0:
+            break
+        text = lines[i]
+        if not text.strip() or _indent(text) >= level or _CLOSER.match(text.lstrip()):
+            continue
+        level = _indent(text)
+        headers.append(_continued(lines, i))
+    return headers
+
+
+def imports(lines: list[str], before: int) -> list[list[int]]:
+    """The file's unindented import lines above line `before`, each with its continuation."""
+    return [_continued(lines, i) for i in range(before)
+            if lines[i] and not lines[i][0].isspace() and _IMPORT.match(lines[i])]
+
+
+class _Picker:
+    """Lines of the prefix chosen under a token budget."""
+
+    def __init__(self, lines: list[str], tokenizer: Tokenizer, budget: int):
+        self.lines, self.tokenizer, self.left = lines, tokenizer, budget
+        self.chosen: set[int] = set()
+
+    def cost(self, group: list[int]) -> int:
+        return sum(len(self.tokenizer.encode(self.lines[i] + "\n")) for i in group if i not in self.chosen)
+
+    def take(self, group: list[int], allowance: int) -> int:
+        """Take `group` whole if it fits both the budget and `allowance`; its cost, or -1."""
+        cost = self.cost(group)
+        if cost > min(self.left, allowance):
+            return -1
+        self.chosen.update(group)
+        self.left -= cost
+        return cost
+
+    def take_upwards(self, start: int, allowance: int) -> None:
+        """Lines from `start` upwards while they fit."""
+        for i in range(start, -1, -1):
+            spent = self.take([i], allowance)
+            if spent < 0:
+                return
+            allowance -= spent
+
+
+def cold_prefix(prefix: str, tokenizer: Tokenizer, budget: int) -> str:
+    """The lines of `prefix` (ending with the cursor's line) that inform its last line most,
+    within `budget` tokens, in the file's order."""
+    lines = prefix.split("\n")
+    cursor = len(lines) - 1
+    picker = _Picker(lines, tokenizer, budget)
+    picker.take([cursor], budget)
+    picker.take_upwards(cursor - 1, int(budget * NEAR_SHARE))
+    allowance = int(budget * HEADER_SHARE)
+    for header in scope_headers(lines, cursor):
+        allowance -= max(0, picker.take(header, allowance))
+    allowance = int(budget * IMPORT_SHARE)
+    for group in imports(lines, cursor):
+        allowance -= max(0, picker.take(group, allowance))
+    nearest_gap = max((i for i in range(cursor) if i not in picker.chosen), default=-1)
+    picker.take_upwards(nearest_gap, picker.left)
+    return "\n".join(lines[i] for i in sorted(picker.chosen))
+
+
+def cold_prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int) -> str | list[int]:
+    """The prompt of about `tokens` tokens at `cursor`: FIM where the tokenizer has it, no other
+    files."""
+    if tokenizer.fim is None:
+        return cold_prefix(cursor.prefix, tokenizer, tokens)
+    suffix = suffix_window(cursor.suffix, tokenizer, int(tokens * SUFFIX_SHARE))
+    prefix = cold_prefix(cursor.prefix, tokenizer, max(32, tokens - len(tokenizer.encode(suffix))))
+    return fim_prompt(tokenizer, prefix, suffix)

@@ -1,0 +1,84 @@
+"""llama.cpp's llama-server as bench's peer: its own process, the user's environment, its FIM
+presets' flags; greedy answers; the pause replay driving it as llama.vim does beside our server."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.models import resolve
+from lsp_server.bench.llama_server import PRESET_FLAGS, LlamaServer, ServerUnavailable, find_binary
+from lsp_server.bench.peers import PeerUnavailable, check_peer, load_peers
+from lsp_server.cli import main
+from tests.code_samples import stdlib_text
+from tests.models import SMALL
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    try:
+        return find_binary()
+    except ServerUnavailable as exc:
+        pytest.skip(f"no llama-server here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def model() -> Path:
+    return resolve(SMALL)
+
+
+def test_it_runs_in_the_users_environment_with_the_presets_flags(binary, model, monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # what Draftline sets for torch
+    with LlamaServer(model, 2) as server:
+        environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{server.proc.pid}/cmdline").read_bytes().decode().split("\0")
+    assert not any(v.startswith(b"OMP_WAIT_POLICY=") for v in environ)
+    assert " ".join(PRESET_FLAGS) in " ".join(cmdline) and cmdline[cmdline.index("-t") + 1] == "2"
+
+
+def test_the_peer_answers_greedily_warm_and_cold_alike(binary, model):
+
+    [peer] = load_peers(["llama-server"], model, None, None, frozenset({2}), lambda ids: " ".join(map(str, ids)))
+    prompt = list(range(100, 160))
+    warm, cold = peer.run(prompt, 8, False), peer.run(prompt, 8, True)
+    assert warm.tokens and warm.tokens == cold.tokens
+    assert warm.emitted == len(warm.tokens) <= 8 and warm.ms > 0
+
+
+def test_a_missing_binary_makes_only_this_peer_unavailable(model, monkeypatch, tmp_path):
+    monkeypatch.setenv("DRAFTLINE_LLAMA_SERVER", str(tmp_path / "llama-server"))
+    with pytest.raises(PeerUnavailable, match="^llama-server: DRAFTLINE_LLAMA_SERVER=.* is not an executable file$"):
+        check_peer("llama-server", model, None)
+
+
+def test_its_speculation_needs_a_draft_file(binary, model, monkeypatch):
+    monkeypatch.setenv("DRAFTLINE_LLAMA_SERVER", str(binary))
+    with pytest.raises(PeerUnavailable, match="needs a draft model in a .gguf file"):
+        check_peer("llama-server-spec", model, None)
+
+
+def test_pause_replay_scores_both_editors_on_the_same_pauses(binary, tmp_path):
+    (tmp_path / "textwrap.py").write_text(stdlib_text("textwrap.py"))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["bench", str(tmp_path), "--model", SMALL, "--threads", "2", "--tasks", "0",
+                   "--pauses", "3", "--key-ms", "0", "--json", str(tmp_path / "bench.json")])
+    assert rc == 0, err.getvalue()
+    pauses = json.loads((tmp_path / "bench.json").read_text())["pauses"]
+    assert set(pauses["summary"]) == {"draftline", "llama-server"}
+    lines = stdlib_text("textwrap.py").split("\n")
+    for name, numbers in pauses["summary"].items():
+        runs = [r for r in pauses["runs"] if r["contender"] == name]
+        assert numbers["pauses"] == len(runs) == 3
+        assert all(r["expected"] == lines[r["line"]].strip() for r in runs)
+        assert 0 < numbers["p50_ms"] <= numbers["p90_ms"]
+        assert 0 <= numbers["exact_first_line"] <= numbers["edit_similarity"] <= 1
+    # the same pauses for both
+    assert [r["line"] for r in pauses["runs"] if r["contender"] == "draftline"] == \
+        [r["line"] for r in pauses["runs"] if r["contender"] == "llama-server"]
+    assert "pauses: ghost text after a pause" in out.getvalue()
