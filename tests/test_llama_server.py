@@ -14,7 +14,7 @@ from lsp_server.bench.llama_server import PRESET_FLAGS, LlamaServer, ServerUnava
 from lsp_server.bench.peers import PeerUnavailable, check_peer, load_peers
 from lsp_server.cli import main
 from tests.code_samples import stdlib_text
-from tests.models import SMALL
+from tests.models import REAL_DRAFT, SMALL
 
 pytestmark = pytest.mark.integration
 
@@ -62,11 +62,25 @@ def test_its_speculation_needs_a_draft_file(binary, model, monkeypatch):
         check_peer("llama-server-spec", model, None)
 
 
-def test_pause_replay_scores_both_editors_on_the_same_pauses(binary, tmp_path):
+def test_pause_replay_without_fim_goes_on_without_llama_server(binary, tmp_path):
+    """SmolLM2 has no FIM tokens: llama-server cannot /infill with it; one line says so."""
     (tmp_path / "textwrap.py").write_text(stdlib_text("textwrap.py"))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(["bench", str(tmp_path), "--model", SMALL, "--threads", "2", "--tasks", "0",
+                   "--pauses", "1", "--key-ms", "0", "--json", str(tmp_path / "bench.json")])
+    assert rc == 0, err.getvalue()
+    assert "lsp_server bench: pauses without llama-server: llama-server does not fill in the middle" in err.getvalue()
+    assert set(json.loads((tmp_path / "bench.json").read_text())["pauses"]["summary"]) == {"draftline"}
+
+
+@pytest.mark.real_model
+def test_pause_replay_scores_both_editors_on_the_same_pauses(binary, tmp_path):
+    """Qwen2.5-Coder-0.5B (the real-model tier's small one) has FIM tokens."""
+    (tmp_path / "textwrap.py").write_text(stdlib_text("textwrap.py"))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["bench", str(tmp_path), "--model", REAL_DRAFT, "--threads", "2", "--tasks", "0",
                    "--pauses", "3", "--key-ms", "0", "--json", str(tmp_path / "bench.json")])
     assert rc == 0, err.getvalue()
     pauses = json.loads((tmp_path / "bench.json").read_text())["pauses"]

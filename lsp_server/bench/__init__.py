@@ -159,6 +159,9 @@ def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> di
         editors.append(LlamaVimEditor(server))
     except (PeerUnavailable, ServerUnavailable) as exc:
         _say(f"pauses without llama-server: {exc}")
+        if server is not None:
+            server.close()
+            server = None
     try:
         pauses = run_pauses(editors, chosen, args.key_ms / 1000)
     finally:

@@ -21,12 +21,13 @@ from __future__ import annotations
 import random
 import sys
 import time
+import urllib.error
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from lsp_server.bench.llama_server import LlamaServer
+from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
 from lsp_server.bench.lsp_client import Client
 from lsp_server.bench.quality import edit_similarity
 from lsp_server.bench.sources import SourceFile
@@ -144,6 +145,11 @@ class LlamaVimEditor:
 
     def __init__(self, server: LlamaServer):
         self.server = server
+        try:
+            server.post("/infill", {"input_prefix": "", "input_suffix": "", "n_predict": 0})
+        except urllib.error.HTTPError as exc:
+            raise ServerUnavailable(f"llama-server does not fill in the middle with this model ({exc.code} "
+                                    f"{exc.reason}: it has no FIM tokens)") from None
 
     def open(self, uri: str, text: str) -> None:
         pass
