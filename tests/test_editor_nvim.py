@@ -71,3 +71,9 @@ def test_plugin_shows_and_accepts_a_suggestion(version: str, tmp_path: Path, req
 @pytest.mark.parametrize("version", ["0.12", "0.11"])
 def test_plugin_sends_only_the_users_settings(version: str) -> None:
     _run(version, "-u", "NONE", "-i", "NONE", "-c", f"luafile {SETTINGS_SCRIPT}")
+
+
+@pytest.mark.parametrize("version", ["0.12", "0.11"])
+def test_a_suggestion_cut_by_the_time_budget_is_shown_when_ready(version: str) -> None:
+    """draftline/suggestionReady: the plugin asks again at the unmoved cursor."""
+    _run(version, "-u", "NONE", "-i", "NONE", "-c", f"luafile {REPO / 'tests' / 'editors' / 'nvim_ready_test.lua'}")
