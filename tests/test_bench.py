@@ -118,6 +118,10 @@ def test_cold_runs_time_the_prefill(bench):
         for mode, numbers in warm["modes"].items():  # same tasks, plus a ~500-token prefill
             assert cold[mode]["p50_ms"] > numbers["p50_ms"]
             assert cold[mode]["identical_to_ar"] in (None, 1.0)  # None: ar itself
+    # each mode's prefill rate, from its cold runs less its warm ones
+    assert set(report["prefill_tokens_per_s"]) == {"ar", "lookup", "hybrid"}
+    assert all(rate > 0 for rate in report["prefill_tokens_per_s"].values())
+    assert "prefill (cold less warm, prompt tokens/s): ar " in bench["stdout"]
 
 
 def test_bench_numbers_are_consistent(bench):
@@ -157,7 +161,8 @@ def test_bench_prints_a_table_progress_and_a_plot(bench):
 @pytest.mark.parametrize("argv, message", [
     (["--modes", "ar,warp"], "unknown mode 'warp'"),
     (["--modes", "draft"], "mode 'draft' needs a draft model: give --draft"),
-    (["--tasks", "0"], "--tasks and --quality must be at least 0, one of them positive"),
+    (["--tasks", "0"], "--tasks, --quality and --pauses must be at least 0, one of them positive"),
+    (["--pauses", "4", "--endpoint", "http://127.0.0.1:1"], "--pauses starts a local server; it does not take --endpoint"),
 ])
 def test_bad_options_get_one_clear_line(repo, argv, message):
     with pytest.raises(SystemExit) as exit_:
@@ -244,3 +249,13 @@ def test_quality_tasks_remove_one_line_after_its_indentation(repo):
     ("return x", "return x", 1.0), ("", "", 1.0), ("abc", "", 0.0), ("flaw", "lawn", 0.5)])
 def test_edit_similarity(a, b, expected):
     assert edit_similarity(a, b) == pytest.approx(expected)
+
+
+def test_prefill_rate_is_prompt_tokens_over_cold_less_warm_time():
+    from lsp_server.bench.report import Run, prefill_rates
+
+    def run(task, ms, cold):
+        return Run(task, "ar", [1], "x", ms, 1, 1, cold=cold)
+
+    runs = [run(0, 100, False), run(0, 600, True), run(1, 50, False), run(1, 550, True)]
+    assert prefill_rates(runs, [300, 200]) == {"ar": 500.0}  # 500 tokens in 1 s

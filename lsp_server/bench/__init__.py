@@ -26,7 +26,7 @@ from lsp_server.bench.pauses import DraftlineEditor, LlamaVimEditor, format_paus
 from lsp_server.bench.pauses import as_json as pauses_json
 from lsp_server.bench.pauses import summarize as summarize_pauses
 from lsp_server.bench.peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
-from lsp_server.bench.report import format_table, plot, summarize, write_json
+from lsp_server.bench.report import format_table, plot, prefill_rates, summarize, write_json
 from lsp_server.bench.quality import CONTEXTS, format_quality, line_tasks, score
 from lsp_server.bench.quality import summarize as summarize_quality
 from lsp_server.bench.runner import Contender, Documents, EngineMode, Progress, rememberable, run_all
@@ -227,8 +227,10 @@ def run(args: argparse.Namespace) -> int:
     documents = Documents(engine, sources.files)
     try:
         if tasks:
-            runs = run_all(contenders, tasks, [prompt_tokens(t, engine.tokenizer) for t in tasks],
-                           documents, args.max_new_tokens, caches, progress)
+            prompts = [prompt_tokens(t, engine.tokenizer) for t in tasks]
+            runs = run_all(contenders, tasks, prompts, documents, args.max_new_tokens, caches, progress)
+            if args.cold:
+                report["prefill_tokens_per_s"] = prefill_rates(runs, [len(p) for p in prompts])
             references = {i: t.reference for i, t in enumerate(tasks)}
             for key, cold in (("workloads", False), ("cold_workloads", True))[:len(caches)]:
                 report[key] = summarize([r for r in runs if r.cold == cold], workload_ids, references,

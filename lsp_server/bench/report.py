@@ -107,6 +107,18 @@ def _cell(value: float | None, fmt: str) -> str:
     return format("-", f">{fmt.split('.')[0]}") if value is None else format(value, fmt)
 
 
+def prefill_rates(runs: list[Run], prompt_lengths: list[int]) -> dict[str, float | None]:
+    """Per mode: prompt tokens prefilled per second, from each task's cold run less its warm run
+    (the same completion after the same prompt: the difference is the prefill)."""
+    warm = {(r.task, r.mode): r.ms for r in runs if not r.cold}
+    rates = {}
+    for mode in dict.fromkeys(r.mode for r in runs):
+        cold = [r for r in runs if r.cold and r.mode == mode and (r.task, mode) in warm]
+        ms = sum(r.ms - warm[(r.task, mode)] for r in cold)
+        rates[mode] = round(sum(prompt_lengths[r.task] for r in cold) / ms * 1000, 1) if ms > 0 else None
+    return rates
+
+
 def format_table(report: dict) -> str:
     copy, read = (report["machine"].get(f"{kind}_bandwidth_gb_s") for kind in ("copy", "read"))
     lines = []
@@ -130,6 +142,9 @@ def format_table(report: dict) -> str:
             lines.append(f"ar reads the weights at {bandwidth:.1f} GB/s: {bandwidth / read:.0%} of this "
                          f"machine's measured read rate ({read:.1f} GB/s; copy rate {copy:.1f} GB/s)")
         lines += _source_lines(data["modes"])
+    if report.get("prefill_tokens_per_s"):
+        lines.append("\nprefill (cold less warm, prompt tokens/s): " + ", ".join(
+            f"{mode} {_cell(rate, '.0f')}" for mode, rate in report["prefill_tokens_per_s"].items()))
     return "\n".join(lines + _plan_lines(report["model"])).lstrip("\n")
 
 
