@@ -27,7 +27,7 @@ AGREEMENT_FLOOR = 0.40
 
 @pytest.fixture(scope="module")
 def engine(fp32_engine: Engine) -> Engine:
-    """The session's fp32 target, which loads the embedded draft."""
+    """The shared fp32 target (conftest.py), which loads the embedded draft."""
     assert fp32_engine.draft is not None
     return fp32_engine
 

@@ -1,4 +1,4 @@
-"""The remote engine (issue 15) against real servers: llama.cpp's OpenAI-compatible server
+"""The remote engine against real servers: llama.cpp's OpenAI-compatible server
 (llama-cpp-python) serving the embedded GGUF on this CPU, and stdlib HTTP servers on loopback
 that answer the ways servers go wrong. No mocks: every byte crosses a socket."""
 import asyncio
@@ -35,7 +35,7 @@ OPTIONS = {"model": SERVED_NAME, "timeBudgetMs": 0, "maxTokens": 32, "readTimeou
 
 @pytest.fixture(scope="session")
 def llama(tmp_path_factory):
-    """One real llama.cpp server for the session (the embedded model, 2 threads)."""
+    """One real llama.cpp server for the whole test run (the embedded model, 2 threads)."""
     if not needs_llama_server.args[0]:
         server = LlamaServer(tmp_path_factory.mktemp("llama-logs")).start()
         yield server
