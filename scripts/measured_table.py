@@ -24,7 +24,6 @@ import shlex
 import sys
 from pathlib import Path
 
-from engine.api import MODES
 from engine.catalog import KNOWN
 from lsp_server import bench
 
@@ -60,9 +59,10 @@ def command(report: dict, paths: str, draft: str | None) -> str:
     parts = ["lsp_server bench", paths, "--model", _model_name(report["model"]["target"])]
     if (draft := _draft_name(report, draft)) is not None:
         parts += ["--draft", draft]
-    for flag, key in (("--tasks", "tasks_per_workload"), ("--max-new-tokens", "max_new_tokens"),
-                      ("--seed", "seed"), ("--context-chars", "context_chars")):
-        if settings[key] != getattr(default, key.replace("tasks_per_workload", "tasks")):
+    for flag, key, dest in (("--tasks", "tasks_per_workload", "tasks"),
+                            ("--max-new-tokens", "max_new_tokens", "max_new_tokens"),
+                            ("--seed", "seed", "seed"), ("--context-chars", "context_chars", "context_chars")):
+        if settings[key] != getattr(default, dest):
             parts += [flag, str(settings[key])]
     parts += ["--modes", ",".join(settings["modes"])]
     if "cold_workloads" in report:
@@ -74,10 +74,6 @@ def machine(report: dict) -> str:
     m = report["machine"]
     rate = f", memory read {m['read_bandwidth_gb_s']:.1f} GB/s" if m.get("read_bandwidth_gb_s") else ""
     return f"{m['cpu']}, {m['cores']} cores{rate}"
-
-
-def _shown(mode: str, in_process: bool) -> bool:
-    return in_process or mode not in IN_PROCESS_PEERS
 
 
 def _label(mode: str, cache: str) -> str:
@@ -96,7 +92,7 @@ def rows(report: dict, in_process: bool, run: str) -> list[str]:
     out = []
     for key, cache in CACHES:
         for mode in report["settings"]["modes"]:
-            if key not in report or not _shown(mode, in_process):
+            if key not in report or (mode in IN_PROCESS_PEERS and not in_process):
                 continue
             data = [report[key][w]["modes"] for w in workloads]
             cells = [_cell(d[mode], d.get("ar"), mode in IN_PROCESS_PEERS) for d in data]

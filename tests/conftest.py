@@ -1,4 +1,7 @@
-"""Shared fixtures: the embedded model is loaded once per test session."""
+"""Shared fixtures: the embedded model is loaded once per pytest run, by the tests that ask.
+
+Nothing here imports torch or the engine: the unit tier (`make check`) runs tests that need
+neither, and the fixture imports the engine only when a test uses it."""
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -9,11 +12,21 @@ os.environ.setdefault("DRAFTLINE_CACHE_DIR",
 
 import pytest  # noqa: E402
 
-from engine.engine import Engine  # noqa: E402
-from tests.models import SMALL
+from tests.models import SMALL  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def fp32_engine() -> Engine:
+def fp32_engine():
     """The embedded model in fp32, with the embedded draft: the mode where exactness is asserted."""
+    from engine.engine import Engine
+
     return Engine.load(SMALL, dtype="fp32", threads=2, draft="embedded")
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer():
+    """The embedded model's tokenizer alone, from its GGUF's metadata: no weights, no torch."""
+    from engine.fetch import model_path
+    from engine.tokenization import load_tokenizer
+
+    return load_tokenizer(model_path(SMALL))
