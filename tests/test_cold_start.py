@@ -313,6 +313,7 @@ def test_a_cancelled_prefill_leaves_a_prefix_of_the_prompt(fp32_engine):
     assert engine.target.tokens == tokens[:engine.target.length]
 
 
+@pytest.mark.integration  # the embedded model, timed
 def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_engine, monkeypatch):
     engine = fp32_engine
     rate = 150.0  # tokens per second: a slow machine

@@ -20,6 +20,8 @@ from lsp_server.context import Cursor, build_prompt
 from lsp_server.postprocess import stop_rule
 from tests.remote_servers import SERVED_NAME, LlamaServer, StubServer, free_port, needs_llama_server
 
+pytestmark = pytest.mark.integration  # remote servers: llama.cpp's and stub HTTP servers
+
 in_lsp_loop = pytest.mark.asyncio(loop_scope="module")  # the async tests share one server
 
 KEY_VAR, WRONG_KEY_VAR = "DRAFTLINE_TEST_KEY", "DRAFTLINE_TEST_WRONG_KEY"

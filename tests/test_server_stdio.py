@@ -6,6 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.integration  # the server over stdio, as an editor starts it
+
 ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
 URI = "file:///tmp/draftline-raw/a.py"
 
