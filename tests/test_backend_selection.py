@@ -60,6 +60,7 @@ def test_nothing_missing_means_no_reason() -> None:
     assert unavailable_reason("12.4", True, True) is None
 
 
+@pytest.mark.integration  # a process of its own, importing torch
 def test_load_fails_before_importing_exllamav2_or_reading_weights() -> None:
     # A fresh interpreter, so that sys.modules shows exactly what the failed load imported.
     script = (
@@ -81,6 +82,7 @@ def test_load_fails_before_importing_exllamav2_or_reading_weights() -> None:
     assert out.stdout.strip() == "none"
 
 
+@pytest.mark.integration  # a process of its own, importing torch
 def test_cli_complete_with_exllamav2_fails_with_one_line(tmp_path: Path) -> None:
     source = tmp_path / "a.py"
     source.write_text("def add(a, b):\n    return a + b\n")
