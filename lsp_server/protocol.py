@@ -3,7 +3,7 @@
 pygls logs such a message and drops it (pygls/io_.py runs `json.loads(body,
 object_hook=protocol.structure_message)` and only logs the exception), so the client waits
 forever. Here the request gets the JSON-RPC error (InvalidParams) before the exception goes
-on to be logged as before."""
+on to pygls's own logging."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,4 @@
-// AMX probe for the next step of the native decoder (docs/native.md, "AMX"): a Q4_K-like product
+// AMX probe for the native decoder (docs/native.md, "AMX route"): a Q4_K-like product
 // (4-bit levels, a 6-bit integer scale per 32 columns, int8 activations) of a 1536 x 1536 matrix
 // for N = 1..16 tokens on one core, in exact int32 sums: AMX (one TDPBUSD per 32-column
 // sub-block and 16 rows, its int32 tile scaled and added in zmm registers) against AVX-512 VNNI

@@ -27,6 +27,8 @@ from tests import hf_tiny
 from tests.q4k import quantize_q4_k, requantize_q4_k
 from tests.refusals import refused
 
+pytestmark = pytest.mark.integration  # llama.cpp's converter (`make test` unpacks it) and transformers
+
 pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 

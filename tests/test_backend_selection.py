@@ -60,6 +60,7 @@ def test_nothing_missing_means_no_reason() -> None:
     assert unavailable_reason("12.4", True, True) is None
 
 
+@pytest.mark.integration  # a process of its own, importing torch
 def test_load_fails_before_importing_exllamav2_or_reading_weights() -> None:
     # A fresh interpreter, so that sys.modules shows exactly what the failed load imported.
     script = (
@@ -81,6 +82,7 @@ def test_load_fails_before_importing_exllamav2_or_reading_weights() -> None:
     assert out.stdout.strip() == "none"
 
 
+@pytest.mark.integration  # a process of its own, importing torch
 def test_cli_complete_with_exllamav2_fails_with_one_line(tmp_path: Path) -> None:
     source = tmp_path / "a.py"
     source.write_text("def add(a, b):\n    return a + b\n")
@@ -95,6 +97,7 @@ def test_cli_complete_with_exllamav2_fails_with_one_line(tmp_path: Path) -> None
     assert "exllamav2" in lines[0] and "--backend torch" in lines[0]
 
 
+@pytest.mark.integration  # the GPU self-check script on the CPU, end to end
 def test_gpu_check_script_runs_on_cpu(tmp_path: Path) -> None:
     # The GPU check is run rarely, on borrowed machines: its CPU half must not rot in between.
     summary = tmp_path / "summary.json"
@@ -148,6 +151,7 @@ def _wait_for(frames: queue.Queue, seen: list, match) -> dict:
     raise AssertionError(f"no matching message; saw {seen}")
 
 
+@pytest.mark.integration  # the server over stdio
 def test_stdio_server_reports_missing_gpu_backend_and_keeps_serving(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "lsp_server.cli", "--stdio", "--backend", "exllamav2", "--threads", "1"],

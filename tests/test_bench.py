@@ -22,6 +22,8 @@ from lsp_server.outline import outline
 from tests.models import SMALL
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bench_repo"
+# bench run on the fixture repository with the model in fp32 (about a minute): the integration tier
+end_to_end = pytest.mark.integration
 SOURCES = {"src/colors.js", "src/test_units.py", "src/units.py"}  # what git would not ignore
 TASKS = 3
 QUALITY = 2  # per workload, each with and without the repository context
@@ -88,6 +90,7 @@ def test_repetitive_tasks_continue_with_a_line_seen_before(repo):
         assert max(SequenceMatcher(None, target, s).ratio() for s in seen_before) >= 0.75, target
 
 
+@end_to_end
 def test_bench_writes_the_documented_json(bench):
     assert bench["rc"] == 0
     report = bench["report"]
@@ -111,6 +114,7 @@ def test_bench_writes_the_documented_json(bench):
                 assert 0.0 <= mode["acceptance_rate"] <= 1.0
 
 
+@end_to_end
 def test_cold_runs_time_the_prefill(bench):
     report = bench["report"]
     for name, warm in report["workloads"].items():
@@ -124,6 +128,7 @@ def test_cold_runs_time_the_prefill(bench):
     assert "prefill (cold less warm, prompt tokens/s): ar " in bench["stdout"]
 
 
+@end_to_end
 def test_bench_numbers_are_consistent(bench):
     for workload in bench["report"]["workloads"].values():
         modes = workload["modes"]
@@ -144,6 +149,7 @@ def test_bench_numbers_are_consistent(bench):
     assert repetitive["acceptance_rate"] > 0 and repetitive["tokens_per_target_pass"] > 1.0
 
 
+@end_to_end
 def test_bench_prints_a_table_progress_and_a_plot(bench):
     for mode in ("ar", "lookup", "hybrid"):
         assert f"\n{mode} " in bench["stdout"]
@@ -200,6 +206,7 @@ def test_default_modes_skip_peers_that_cannot_run_with_one_line_each(capsys):
     assert err.count("\n") == len(PEER_MODES) - len(modes[3:])  # one line per skipped peer
 
 
+@end_to_end
 def test_quality_scores_every_mode_alike_in_fp32(bench):
     quality = bench["report"]["quality"]
     assert bench["report"]["settings"]["quality_lines"] == {"cross-file": QUALITY, "in-file": QUALITY}

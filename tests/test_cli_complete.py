@@ -10,6 +10,8 @@ import pytest
 from engine.api import Request
 from tests.models import SMALL
 
+pytestmark = pytest.mark.integration  # the command in its own process, loading the model each time
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "shapes.py"
 ENV = os.environ | {"OMP_WAIT_POLICY": "PASSIVE"}

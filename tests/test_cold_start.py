@@ -197,7 +197,7 @@ def test_pass_costs_corrected_by_decoding_are_kept_for_the_next_start(monkeypatc
     """The embedded model on the native backend: its calibration is kept at load; after
     completions, the costs its timed passes corrected replace the kept ones, and the next
     load starts from them, knowing how many passes corrected each width; the prefill rate the
-    session measured replaces calibration's estimate too."""
+    engine measured replaces calibration's estimate too."""
     from engine.api import Request
     from engine.engine import Engine
     from tests.models import SMALL
@@ -313,6 +313,7 @@ def test_a_cancelled_prefill_leaves_a_prefix_of_the_prompt(fp32_engine):
     assert engine.target.tokens == tokens[:engine.target.length]
 
 
+@pytest.mark.integration  # the embedded model, timed
 def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_engine, monkeypatch):
     engine = fp32_engine
     rate = 150.0  # tokens per second: a slow machine
@@ -377,7 +378,7 @@ def test_a_kept_calibration_belongs_to_the_c_decoder_build_that_measured_it(tmp_
 
 
 def test_the_prefill_rate_is_learned_from_real_prefills():
-    """Calibration only estimates the prefill rate (from narrow passes); once a session has
+    """Calibration only estimates the prefill rate (from narrow passes); once the engine has
     prefilled a few chunks, their measured rate is what prompt trimming uses."""
     model = int8_model()
     model.prefill_estimate = 32.0  # 16-token chunks to start

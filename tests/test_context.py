@@ -9,17 +9,17 @@ from lsp_server.context import (
 from tests.code_samples import stdlib_text
 
 
-def test_prefix_window_fits_the_budget_and_ends_at_the_cursor(fp32_engine):
-    tok = fp32_engine.tokenizer
+def test_prefix_window_fits_the_budget_and_ends_at_the_cursor(small_tokenizer):
+    tok = small_tokenizer
     prefix = stdlib_text("argparse.py")[:40000]
     window = prefix_window(prefix, tok, 512)
     assert len(tok.encode(window)) <= 512
     assert prefix.endswith(window) and len(window) > 200
 
 
-def test_prefix_window_start_is_stable_while_typing(fp32_engine):
+def test_prefix_window_start_is_stable_while_typing(small_tokenizer):
     """Keystrokes within a line keep the same window start: the KV cache stays reusable."""
-    tok = fp32_engine.tokenizer
+    tok = small_tokenizer
     lines = stdlib_text("argparse.py").split("\n")
     at = 3 * WINDOW_STEP_LINES + 5
     base = "\n".join(lines[:at]) + "\n"
@@ -38,8 +38,8 @@ def test_similar_snippets_prefer_related_code():
     assert all(name != "colorsys.py" for name, _ in picked)
 
 
-def test_plain_prefix_for_models_without_fim(fp32_engine):
-    tok = fp32_engine.tokenizer
+def test_plain_prefix_for_models_without_fim(small_tokenizer):
+    tok = small_tokenizer
     cursor = Cursor("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n")
     assert tok.fim is None  # the embedded model has no FIM tokens
     assert build_prompt(cursor, tok, 8192) == cursor.prefix
@@ -48,10 +48,9 @@ def test_plain_prefix_for_models_without_fim(fp32_engine):
     assert build_prompt(cursor, tok, 1024, other) == cursor.prefix  # small context
 
 
-
-def test_fim_template_for_models_with_fim_tokens(fp32_engine, tmp_path):
+def test_fim_template_for_models_with_fim_tokens(small_tokenizer, tmp_path):
     """A StarCoder-style vocabulary (the embedded one plus its FIM tokens) is detected."""
-    fp32_engine.tokenizer.save(tmp_path / "tokenizer.json")
+    small_tokenizer.save(tmp_path / "tokenizer.json")
     hf = HFTokenizer.from_file(str(tmp_path / "tokenizer.json"))
     hf.add_special_tokens(["<fim_prefix>", "<fim_suffix>", "<fim_middle>"])
     tok = Tokenizer(hf, set())

@@ -27,7 +27,7 @@ AGREEMENT_FLOOR = 0.40
 
 @pytest.fixture(scope="module")
 def engine(fp32_engine: Engine) -> Engine:
-    """The session's fp32 target, which loads the embedded draft."""
+    """The shared fp32 target (conftest.py), which loads the embedded draft."""
     assert fp32_engine.draft is not None
     return fp32_engine
 
@@ -131,6 +131,7 @@ def test_missing_draft_folder_is_a_clear_error(engine: Engine, tmp_path: Path) -
         load_embedded_draft(engine.target, tmp_path)
 
 
+@pytest.mark.integration  # the embedded model with its draft
 def test_on_the_default_native_target_it_loads_drafts_and_stays_exact() -> None:
     """The embedded model as users run it (its own blocks, the native backend): the draft
     shares the mapped embedding, its pass cost is timed through it at load, and its drafts

@@ -71,6 +71,7 @@ def test_every_mode_with_a_draft_model_equals_plain_decoding():
     assert results["same"] == 1.0 and results["other"] < 0.9
 
 
+@pytest.mark.integration  # the embedded model three times
 def test_a_draft_proposes_frequent_tokens_and_those_it_has_read_and_stays_exact(monkeypatch):
     """The embedded model's own blocks drafting for itself, its head cut to the first ids and
     the tokens of its context: kept rows score as the full head scores them, the others are

@@ -17,6 +17,8 @@ import pytest
 
 from engine.api import Request
 
+pytestmark = pytest.mark.integration  # headless Neovim with the plugin
+
 REPO = Path(__file__).resolve().parents[1]
 SERVER = REPO / ".venv" / "bin" / "lsp_server"
 INIT = REPO / "tests" / "editors" / "minimal_init.lua"

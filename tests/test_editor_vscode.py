@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # Node.js and the VS Code extension
+
 REPO = Path(__file__).resolve().parents[1]
 EXTENSION = REPO / "editors" / "vscode"
 SERVER = REPO / ".venv" / "bin" / "lsp_server"

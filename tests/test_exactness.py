@@ -1,7 +1,7 @@
 """Greedy speculative decoding is lossless: every mode gives exactly the autoregressive tokens.
 
-Checked in fp32 (bf16 passes of different widths round differently, see README). The baseline
-itself is checked against recomputing the whole sequence without any KV cache.
+Checked in fp32 (bf16 passes of different widths round differently, see docs/engine.md).
+The baseline itself is checked against recomputing the whole sequence without any KV cache.
 """
 import pytest
 import torch

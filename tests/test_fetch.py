@@ -171,6 +171,7 @@ def test_bad_model_names_get_one_line(model, message):
     assert out.stderr.strip().splitlines()[-1].startswith(f"lsp_server: {message}")
 
 
+@pytest.mark.integration  # huggingface_hub against a local server: most of a minute
 def test_a_model_from_the_hub_is_fetched_through_huggingface_hub(tmp_path):
     """hf:OWNER/REPO/FILE.gguf against a stand-in Hub (HF_ENDPOINT) serving the small model's file."""
     gguf = fetch.model_path(SMALL).read_bytes()

@@ -51,9 +51,12 @@ def avx2_library(tmp_path_factory):
     return native.build(tmp_path_factory.mktemp("avx2") / "avx2.so", AVX2)
 
 
-@pytest.fixture(scope="module", params=["native", "avx2"])
-def library(request, avx2_library):
-    return native.load_library() if request.param == "native" else avx2_library
+# The AVX2 build is compiled for the test (seconds): the integration tier.
+@pytest.fixture(scope="module", params=["native", pytest.param("avx2", marks=pytest.mark.integration)])
+def library(request):
+    if request.param == "native":
+        return native.load_library()
+    return request.getfixturevalue("avx2_library")
 
 
 @contextlib.contextmanager
@@ -126,10 +129,11 @@ def test_a_formats_product_for_a_token_is_the_same_in_every_pass_width(library, 
             assert np.array_equal(native.product(library, m, x[:width]), one_by_one[:width]), width
 
 
+@pytest.mark.integration  # llama-cpp-python, built by `make test`
 def test_the_amx_route_leaves_another_librarys_tiles_as_it_found_them(tmp_path):
     """The tile configuration is per thread, and llama.cpp's AMX code (where its build has it,
     as bench's peer does here) sets it once per thread and counts on it: our route must put it
-    back. Before it did, llama.cpp died with SIGILL after one of our wide passes."""
+    back, or llama.cpp dies with SIGILL after one of our wide passes."""
     llama_cpp = pytest.importorskip("llama_cpp")
     lib = native.load_library()
     ours = NativeLlama(map_gguf(gguf_files.write(tmp_path / "mixed.gguf", "qwen2")), max_len=512)
@@ -161,7 +165,11 @@ def _embedded_tokens() -> list[int]:
     return load_tokenizer(model_path(SMALL)).encode(stdlib_text("textwrap.py"))[:PREFIX + WIDE]
 
 
-@pytest.fixture(scope="module", params=["int4", "int8", "gguf", "mixed-llama", "mixed-qwen2"])
+# The embedded model in each dtype takes seconds per test: the integration tier; the tiny models stay.
+EMBEDDED_DTYPES = [pytest.param(d, marks=pytest.mark.integration) for d in ("int4", "int8", "gguf")]
+
+
+@pytest.fixture(scope="module", params=[*EMBEDDED_DTYPES, "mixed-llama", "mixed-qwen2"])
 def case(request, tmp_path_factory) -> Case:
     """The embedded model in the torch backend's int4/int8 layouts and mapped in its own Q4_1
     blocks (the native backend); tiny models whose matrices take every format in turn, llama (Q/K rows as llama.cpp
@@ -275,6 +283,7 @@ def test_logits_are_close_to_the_fp32_model_on_the_same_weights(case):
     assert (got.argmax(-1) == want.argmax(-1)).mean() >= 12 / 13
 
 
+@pytest.mark.integration  # the embedded model in three dtypes
 def test_logits_are_nearly_as_close_to_the_dequantized_model_as_the_torch_kernels():
     """Where the torch kernels can run the same model (int4/int8 layouts), the native decoder
     is within 2.5x of their distance from the fp32 model: they round every activation to bf16
@@ -297,6 +306,7 @@ def test_logits_are_nearly_as_close_to_the_dequantized_model_as_the_torch_kernel
         assert np.abs(got - want).max() <= 2.5 * np.abs(torch_kernels - want).max(), dtype
 
 
+@pytest.mark.integration  # compiles the AVX2 build
 def test_the_avx2_build_computes_the_same_model(case, avx2_library):
     model = case.model
     decoder = model.native
@@ -368,6 +378,7 @@ def test_families_it_does_not_compute_keep_the_torch_code():
     assert np.isfinite(model.forward([1, 2, 3])).all()
 
 
+@pytest.mark.integration  # compiles the library again
 def test_a_corrupt_kept_library_is_built_again(tmp_path, monkeypatch):
     """A file under the library's key that does not load (cut short, overwritten) costs a
     build, not the decoder."""

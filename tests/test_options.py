@@ -17,8 +17,8 @@ def test_settings_have_every_setting_with_the_table_default():
         o.name: o.default for o in SETTINGS}
 
 
-def test_docs_show_the_table():
-    assert docs_table() in (ROOT / "docs" / "server.md").read_text()
+def test_the_readme_shows_the_table():
+    assert docs_table() in (ROOT / "README.md").read_text()
 
 
 def test_vscode_contribution_matches_the_table():

@@ -22,6 +22,8 @@ from tests.code_samples import code_prompts
 from tests.models import REAL, REAL_DRAFT
 from tests.test_editor_nvim import _binary
 
+pytestmark = pytest.mark.real_model  # the Qwen2.5-Coder models (`make models`)
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = os.environ | {"OMP_WAIT_POLICY": "PASSIVE"}
 PERIMETER = "return 4 * self.side"

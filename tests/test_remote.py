@@ -1,4 +1,4 @@
-"""The remote engine (issue 15) against real servers: llama.cpp's OpenAI-compatible server
+"""The remote engine against real servers: llama.cpp's OpenAI-compatible server
 (llama-cpp-python) serving the embedded GGUF on this CPU, and stdlib HTTP servers on loopback
 that answer the ways servers go wrong. No mocks: every byte crosses a socket."""
 import asyncio
@@ -20,6 +20,8 @@ from lsp_server.context import Cursor, build_prompt
 from lsp_server.postprocess import stop_rule
 from tests.remote_servers import SERVED_NAME, LlamaServer, StubServer, free_port, needs_llama_server
 
+pytestmark = pytest.mark.integration  # remote servers: llama.cpp's and stub HTTP servers
+
 in_lsp_loop = pytest.mark.asyncio(loop_scope="module")  # the async tests share one server
 
 KEY_VAR, WRONG_KEY_VAR = "DRAFTLINE_TEST_KEY", "DRAFTLINE_TEST_WRONG_KEY"
@@ -35,7 +37,7 @@ OPTIONS = {"model": SERVED_NAME, "timeBudgetMs": 0, "maxTokens": 32, "readTimeou
 
 @pytest.fixture(scope="session")
 def llama(tmp_path_factory):
-    """One real llama.cpp server for the session (the embedded model, 2 threads)."""
+    """One real llama.cpp server for the whole test run (the embedded model, 2 threads)."""
     if not needs_llama_server.args[0]:
         server = LlamaServer(tmp_path_factory.mktemp("llama-logs")).start()
         yield server

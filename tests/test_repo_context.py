@@ -192,6 +192,7 @@ def test_other_files_go_in_as_comments_without_a_repository_format(fp32_engine, 
     assert ids[0] == tok.fim.prefix and tok.decode(ids[1:]).startswith("# shop/models.py\nclass Basket:\n\nx = ")
 
 
+@pytest.mark.real_model  # the real model's tokenizer
 def test_the_real_models_repository_format_is_used():
     tok = load_tokenizer(model_path(REAL))  # the tokenizer alone: metadata, no weights
     assert tok.repo is not None and tok.fim is not None
@@ -204,6 +205,7 @@ def test_the_real_models_repository_format_is_used():
     assert build_prompt(Cursor("x = ", "\n"), tok, 32768)[0] == tok.fim.prefix  # no other files: plain FIM
 
 
+@pytest.mark.real_model  # the real model's tokenizer
 def test_a_served_qwen_gets_the_repository_format_as_text():
     """With --endpoint and the served model's tokenizer, the special tokens go as their names."""
     from engine.remote.engine import Endpoint, RemoteEngine

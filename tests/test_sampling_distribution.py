@@ -20,6 +20,8 @@ from engine.drafters.lookup import Lookup
 from engine.sampling import probabilities
 from tests.tiny_models import random_feature_draft, random_llama
 
+pytestmark = pytest.mark.integration  # statistical tests: thousands of samples, minutes
+
 PROMPT = [1, 5, 2, 7, 1, 5]
 RUNS = 4000
 SAMPLING = Sampling(temperature=1.0)

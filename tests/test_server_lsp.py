@@ -15,7 +15,8 @@ from engine.api import Request
 
 from tests.models import SMALL
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# The server over stdio, driven by pytest-lsp.
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 SERVER = [sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "2", "--model", SMALL]
 ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")

@@ -11,7 +11,8 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from tests.models import SMALL
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# The server over stdio, driven by pytest-lsp.
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 SERVER = [sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "2", "--model", SMALL]
 OPTIONS = {"dtype": "fp32", "timeBudgetMs": 0, "maxTokens": 16}

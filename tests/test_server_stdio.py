@@ -6,6 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.integration  # the server over stdio, as an editor starts it
+
 ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
 URI = "file:///tmp/draftline-raw/a.py"
 
@@ -41,7 +45,7 @@ def partial(msg_id, accepted_length: int) -> dict:
 
 
 def test_stdout_is_pure_protocol_and_bad_params_get_errors():
-    session = [
+    messages = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}},
         {"jsonrpc": "2.0", "method": "initialized", "params": {}},
         {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
@@ -57,7 +61,7 @@ def test_stdout_is_pure_protocol_and_bad_params_get_errors():
         {"jsonrpc": "2.0", "method": "exit"},
     ]
     proc = subprocess.run([sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "1", "--model", "smollm2-135m"],
-                          input=b"".join(frame(m) for m in session), capture_output=True,
+                          input=b"".join(frame(m) for m in messages), capture_output=True,
                           env=ENV, timeout=180)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     replies = {m["id"]: m for m in parse_stream(proc.stdout) if "id" in m}

@@ -14,6 +14,8 @@ from engine.tokenization import load_tokenizer
 from engine.formats.gguf_header import read_header
 from tests.llama_vocab import VOCABS, needs_vocabs, reference, tokenizer, vocab_path, write_vocab
 
+pytestmark = pytest.mark.integration  # llama.cpp's reference tokenizations (`make test` unpacks them)
+
 # Not byte-level BPE nor SentencePiece: WordPiece (BERT) and Unigram (T5); refused on purpose.
 UNSUPPORTED = {"bert-bge", "nomic-bert-moe"}
 # SentencePiece vocabularies add a dummy-prefix space that decode() keeps (it renders continuations).

@@ -6,7 +6,7 @@ M.defaults = {
   -- then this plugin's own checkout), else `lsp_server` on PATH.
   cmd = nil,
   filetypes = { 'python', 'javascript', 'typescript', 'go', 'rust', 'c', 'cpp', 'java', 'lua', 'sh' },
-  -- Server settings (docs/server.md), e.g. { maxTokens = 32, mode = 'hybrid' }; vim.NIL sends
+  -- Server settings (README.md, Settings), e.g. { maxTokens = 32, mode = 'hybrid' }; vim.NIL sends
   -- null. Sent as initializationOptions and as workspace/didChangeConfiguration section
   -- `draftline`. Only these are sent: the server's command line (`cmd`) and its own defaults
   -- decide the rest.
