@@ -19,14 +19,11 @@ from lsp_server.context import Cursor, fim_prompt, suffix_window
 NEAR_SHARE = 0.5  # of the prefix budget, always for the lines just above the cursor
 HEADER_SHARE = 0.25  # at most, for the enclosing scopes' headers
 IMPORT_SHARE = 0.2  # at most, for the imports
-DEFINITION_SHARE = 0.2  # at most, for where the names of the nearest lines are defined
-NAMES_FROM_LINES = 8  # the nearest lines whose names are looked up
 SUFFIX_SHARE = 0.2  # of the whole budget, at most, for the lines after the cursor
 MAX_HEADER_LINES = 6  # a signature continued over several lines
 _IMPORT = re.compile(r"(import |from \S+ import|use |extern crate |#include|package |"
                      r"(const|let|var) .*= *require\()")
 _CLOSER = re.compile(r"[)\]}]")  # a line that closes a scope opens none
-_NAME = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
 
 
 def _indent(line: str) -> int:
@@ -65,25 +62,6 @@ def imports(lines: list[str], before: int) -> list[list[int]]:
     """The file's unindented import lines above line `before`, each with its continuation."""
     return [_continued(lines, i) for i in range(before)
             if lines[i] and not lines[i][0].isspace() and _IMPORT.match(lines[i])]
-
-
-def definitions(lines: list[str], cursor: int) -> list[list[int]]:
-    """Lines above the nearest ones that define a name those use (`def name(`, `class name`,
-    `name = `, `self.name = `), nearest first."""
-    near = range(max(0, cursor - NAMES_FROM_LINES), cursor + 1)
-    names = {n for i in near for n in _NAME.findall(lines[i]) if len(n) > 2}
-    found = []
-    for i in range(near.start - 1, -1, -1):
-        code = lines[i].strip()
-        for keyword in ("def ", "async def ", "class ", "fn ", "function "):
-            if code.startswith(keyword):
-                code = code[len(keyword):]
-                break
-        name = _NAME.match(code)
-        if name and name.group() in names and code[name.end():].lstrip()[:1] in ("(", "=", ":", "<", ""):
-            names.discard(name.group())
-            found.append(_continued(lines, i))
-    return found
 
 
 class _Picker:
@@ -127,9 +105,6 @@ def cold_prefix(prefix: str, tokenizer: Tokenizer, budget: int) -> str:
         allowance -= max(0, picker.take(header, allowance))
     allowance = int(budget * IMPORT_SHARE)
     for group in imports(lines, cursor):
-        allowance -= max(0, picker.take(group, allowance))
-    allowance = int(budget * DEFINITION_SHARE)
-    for group in definitions(lines, cursor):
         allowance -= max(0, picker.take(group, allowance))
     nearest_gap = max((i for i in range(cursor) if i not in picker.chosen), default=-1)
     picker.take_upwards(nearest_gap, picker.left)
