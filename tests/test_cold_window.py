@@ -40,8 +40,8 @@ def test_imports_take_their_continuation_lines():
         ["import os"], ["from typing import (", "    Any,", "    Callable,", ")"]]
 
 
-def test_cold_prefix_keeps_the_nearest_lines_headers_and_imports_within_budget(fp32_engine):
-    tok = fp32_engine.tokenizer
+def test_cold_prefix_keeps_the_nearest_lines_headers_and_imports_within_budget(small_tokenizer):
+    tok = small_tokenizer
     window = cold_prefix(SOURCE, tok, 160)
     assert len(tok.encode(window)) <= 160
     kept = window.split("\n")
@@ -52,13 +52,13 @@ def test_cold_prefix_keeps_the_nearest_lines_headers_and_imports_within_budget(f
     assert kept.index("import os") < kept.index("class Shape:") < kept.index("        filler += 59")
 
 
-def test_cold_prefix_of_a_short_file_is_the_whole_file(fp32_engine):
+def test_cold_prefix_of_a_short_file_is_the_whole_file(small_tokenizer):
     prefix = "import os\n\ndef f(x):\n    y = x\n    "
-    assert cold_prefix(prefix, fp32_engine.tokenizer, 200) == prefix
+    assert cold_prefix(prefix, small_tokenizer, 200) == prefix
 
 
-def test_cold_prefix_fits_real_code(fp32_engine):
-    tok = fp32_engine.tokenizer
+def test_cold_prefix_fits_real_code(small_tokenizer):
+    tok = small_tokenizer
     text = stdlib_text("argparse.py")
     prefix = text[:text.index("    def parse_known_args")] + "    "
     for budget in (64, 200, 400):
