@@ -10,10 +10,11 @@ model's name). --write replaces the lines between `<!-- measured:start -->` and
 `<!-- measured:end -->` in that file instead of printing, starting with a comment that names
 the call; --check says whether that section is what the call makes.
 
-Peers loaded inside bench's own process (llama-cpp-python, transformers) run under the
-OMP_WAIT_POLICY=PASSIVE that the engine sets for its process, which slows ggml's threads about
-1.5x; they are left out unless --in-process-peers asks for them, and then marked as such, with
-no ratio to our modes. A peer in its own process (any other mode name) is shown like our modes.
+Peers loaded inside bench's own process (transformers) run in the environment the engine sets for
+its process; they are left out unless --in-process-peers asks for them, and then marked as such,
+with no ratio to our modes. The llama.cpp peers run in processes of their own, in the user's
+environment, and are shown like our modes. Below the table: each mode's prefill rate (runs with
+--cold) and the pause replay (runs with --pauses).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from engine.catalog import KNOWN
 from lsp_server import bench
 
 START, END = "<!-- measured:start -->", "<!-- measured:end -->"
-IN_PROCESS_PEERS = ("hf-ar", "hf-lookup", "hf-assisted", "llamacpp")
+IN_PROCESS_PEERS = ("hf-ar", "hf-lookup", "hf-assisted")
 CACHES = (("workloads", "warm"), ("cold_workloads", "cold"))
 
 
@@ -67,7 +68,29 @@ def command(report: dict, paths: str, draft: str | None) -> str:
     parts += ["--modes", ",".join(settings["modes"])]
     if "cold_workloads" in report:
         parts.append("--cold")
+    if settings.get("pauses"):
+        parts += ["--pauses", str(settings["pauses"])]
     return " ".join(parts)
+
+
+def prefill_line(report: dict, run: str) -> list[str]:
+    rates = report.get("prefill_tokens_per_s") or {}
+    if not rates:
+        return []
+    ar = rates.get("ar")
+    cells = [f"`{mode}` {rate:.0f}" + (f" ({ar / rate:.2f}x slower than `ar`)" if ar and rate and mode != "ar"
+                                        and rate < ar else "") for mode, rate in rates.items() if rate]
+    return [f"Prefill{run} (cold less warm, prompt tokens per second): " + ", ".join(cells) + "."]
+
+
+def pause_rows(report: dict, run: str) -> list[str]:
+    out = []
+    for name, m in (report.get("pauses") or {}).get("summary", {}).items():
+        label = "`llama-server` asked as llama.vim asks it" if name == "llama-server" else f"`{name}` (stdio server)"
+        out.append(f"|{run} {label} | {m['with_ghost_text']} of {m['pauses']} | {m['exact_first_line']:.0%} | "
+                   f"{m['edit_similarity']:.2f} | {m['p50_ms'] / 1000:.2f} / {m['p90_ms'] / 1000:.2f} s | "
+                   f"{m['first_in_file_p50_ms'] / 1000:.2f} s |")
+    return out
 
 
 def machine(report: dict) -> str:
@@ -126,10 +149,18 @@ def table(paths: list[Path], relative_to: Path, given_paths: str, draft: str | N
               "tok/pass: tokens per target forward pass; p50: median ms per completion; warm: the prompt "
               "prefilled untimed; cold: from an empty cache, prefill timed; same as `ar`: the share of "
               "completions token for token equal to plain decoding's (the lowest over the workloads)."]
+    for i, report in enumerate(reports, 1):
+        lines += prefill_line(report, f" [{i}]" if several else "")
+    pauses = [row for i, r in enumerate(reports, 1) for row in pause_rows(r, f" [{i}]" if several else "")]
+    if pauses:
+        lines += ["", "At a pause in real code (bench `--pauses`: the files written again line by line, a pause "
+                  "after each new line's indentation, the first right after opening; docs/bench.md):", "",
+                  "| " + ("run, " if several else "") + "editor | ghost text | exact first line | edit similarity | "
+                  "p50 / p90 | first pause in a file, p50 |", "|---|---|---|---|---|---|", *pauses]
     peers = sorted({m for r in reports for m in r["settings"]["modes"] if m in IN_PROCESS_PEERS})
     if peers:
         lines.append(f"In-process peers ({', '.join(peers)}) ran inside bench's process, under the "
-                     "OMP_WAIT_POLICY=PASSIVE the engine sets, which slows ggml about 1.5x: "
+                     "environment the engine sets for torch: "
                      + ("marked, with no ratio." if in_process else "left out."))
     return "\n".join(lines)
 

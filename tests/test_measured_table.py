@@ -22,13 +22,14 @@ def _report(tmp_path: Path, cold: bool = False) -> Path:
     report = {
         "model": {"target": "/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "draft": None, "dtype": "gguf"},
         "machine": {"cpu": "Some CPU", "cores": 2, "read_bandwidth_gb_s": 9.87},
-        "settings": {"modes": ["ar", "lookup", "llamacpp"], "tasks_per_workload": 20, "max_new_tokens": 48,
+        "settings": {"modes": ["ar", "lookup", "hf-ar", "llama-server"], "tasks_per_workload": 20, "max_new_tokens": 48,
                      "seed": 0, "context_chars": 2048},
         "sources": {"files": 3},
         "workloads": {"fresh": {"tasks": 20, "modes": {
             "ar": mode,
             "lookup": mode | {"tokens_per_s": 15.0, "tokens_per_target_pass": 1.8, "identical_to_ar": 1.0},
-            "llamacpp": mode | {"tokens_per_s": 7.0, "identical_to_ar": 0.9}}}},
+            "hf-ar": mode | {"tokens_per_s": 7.0, "identical_to_ar": 0.9},
+            "llama-server": mode | {"tokens_per_s": 12.0, "tokens_per_target_pass": None, "identical_to_ar": 0.8}}}},
     }
     if cold:
         report["cold_workloads"] = report["workloads"]
@@ -48,17 +49,35 @@ def test_the_readme_table_is_the_one_its_data_makes(monkeypatch):
 def test_the_command_reproduces_the_run_and_the_machine_is_named(tmp_path):
     path = _report(tmp_path, cold=True)
     text = measured_table.table([path], tmp_path, "/src", None, False)
-    assert ("`lsp_server bench /src --model qwen2.5-coder-1.5b --modes ar,lookup,llamacpp --cold`"
+    assert ("`lsp_server bench /src --model qwen2.5-coder-1.5b --modes ar,lookup,hf-ar,llama-server --cold`"
             in text)  # bench's defaults (20 tasks, 48 tokens) are not repeated
     assert "Some CPU, 2 cores, memory read 9.9 GB/s" in text
     assert "| `lookup` | 15.0 (1.50x) | 1.80 | 100 | 1.00 |" in text
+    # a peer in its own process is shown like our modes
+    assert "| `llama-server` | 12.0 (1.20x) | - | 100 | 0.80 |" in text
+
+
+def test_prefill_rates_and_the_pause_replay_are_shown(tmp_path):
+    path = _report(tmp_path, cold=True)
+    report = json.loads(path.read_text())
+    report["settings"]["pauses"] = 16
+    report["prefill_tokens_per_s"] = {"ar": 200.0, "llama-server": 100.0}
+    pause = {"pauses": 16, "with_ghost_text": 15, "exact_first_line": 0.375, "edit_similarity": 0.64,
+             "p50_ms": 1010.0, "p90_ms": 1490.0, "first_in_file_p50_ms": 1200.0}
+    report["pauses"] = {"summary": {"draftline": pause, "llama-server": pause | {"p90_ms": 9160.0}}}
+    path.write_text(json.dumps(report))
+    text = measured_table.table([path], tmp_path, "/src", None, False)
+    assert "--cold --pauses 16`" in text
+    assert "`ar` 200, `llama-server` 100 (2.00x slower than `ar`)" in text
+    assert "| `draftline` (stdio server) | 15 of 16 | 38% | 0.64 | 1.01 / 1.49 s | 1.20 s |" in text
+    assert "| `llama-server` asked as llama.vim asks it | 15 of 16 | 38% | 0.64 | 1.01 / 9.16 s | 1.20 s |" in text
 
 
 def test_in_process_peers_are_left_out_or_marked_without_a_ratio(tmp_path):
     path = _report(tmp_path)
-    assert "llamacpp`" not in measured_table.table([path], tmp_path, "PATH", None, False).split("|---")[1]
+    assert "hf-ar`" not in measured_table.table([path], tmp_path, "PATH", None, False).split("|---")[1]
     shown = measured_table.table([path], tmp_path, "PATH", None, True)
-    assert "| `llamacpp` (in-process peer) | 7.0 | 1.00 | 100 | 0.90 |" in shown
+    assert "| `hf-ar` (in-process peer) | 7.0 | 1.00 | 100 | 0.90 |" in shown
 
 
 def test_write_replaces_only_the_section_and_needs_its_markers(tmp_path):

@@ -216,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
             {"copy_bandwidth_gb_s": round(copy_bandwidth_gb_s(), 2), "read_bandwidth_gb_s": round(read_bandwidth_gb_s(), 2)}),
         "settings": {"modes": [c.mode for c in contenders], "tasks_per_workload": args.tasks,
                      "max_new_tokens": args.max_new_tokens, "seed": args.seed, "context_chars": args.context_chars,
+                     "pauses": args.pauses,
                      "quality_lines": {w: len(t) for w, t in lines.items()}, "quality_contexts": contexts,
                      "remembered_outputs": sum(rememberable(tasks)),
                      "hf_prompt_lookup_num_tokens": HF_LOOKUP_TOKENS if "hf-lookup" in modes else None},
