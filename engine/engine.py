@@ -178,10 +178,13 @@ class Engine:
         tokens = self.tokenizer.encode(prompt)
         return self.tokenizer.with_bos(tokens) if self.tokenizer.add_bos else tokens
 
+    def cached_tokens(self, prompt: str | Sequence[int]) -> int:
+        """How many of the prompt's first tokens the target's KV cache holds now."""
+        return self.target.cached_prefix(self.prompt_tokens(prompt))
+
     def prefill_seconds(self, prompt: str | Sequence[int]) -> float:
         """About how long `complete(prompt)` would spend prefilling, given what is cached."""
-        tokens = self.prompt_tokens(prompt)
-        return (len(tokens) - self.target.cached_prefix(tokens)) / self.prefill_tokens_per_s()
+        return (len(self.prompt_tokens(prompt)) - self.cached_tokens(prompt)) / self.prefill_tokens_per_s()
 
     def complete(self, prompt: str | Sequence[int], request: Request = Request(),
                  mode: str = "lookup") -> Completion:

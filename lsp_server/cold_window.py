@@ -119,3 +119,34 @@ def cold_prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int) -> str | list
     suffix = suffix_window(cursor.suffix, tokenizer, int(tokens * SUFFIX_SHARE))
     prefix = cold_prefix(cursor.prefix, tokenizer, max(32, tokens - len(tokenizer.encode(suffix))))
     return fim_prompt(tokenizer, prefix, suffix)
+
+
+def _line_end_at_or_before(tokens: list[int], start: int, cut: int, tokenizer: Tokenizer) -> int:
+    """The largest position in [start, cut] after a token that ends a line (start if none)."""
+    while cut > start and not tokenizer.decode(tokens[cut - 1:cut]).endswith("\n"):
+        cut -= 1
+    return cut
+
+
+def warm_start(full: list[int], cached: int, cursor: Cursor, tokenizer: Tokenizer, tokens: int) -> list[int] | None:
+    """A prompt that keeps what the KV cache holds of the `full` FIM prompt (its first `cached`
+    tokens: other files, and the prefix window up to the end of a line) and adds what `tokens`
+    more tokens of prefill allow: the cold window of the rest of the prefix, and the suffix.
+
+    Prefilling the full prompt in idle time then goes on from where it stopped, whatever the
+    requests between asked for, and each request at the spot sees more of the file. None when
+    the cache holds none of the full prompt's other files or prefix window."""
+    fim = tokenizer.fim
+    if fim is None or isinstance(full, str) or fim.prefix not in full or fim.suffix not in full:
+        return None
+    start, end = full.index(fim.prefix) + 1, full.index(fim.suffix)
+    cut = _line_end_at_or_before(full, start, max(start, min(cached, end)), tokenizer)
+    if cut == start and (start == 1 or cached < start - 1):  # no line of the window, no other file
+        return None
+    window = tokenizer.decode(full[start:end])
+    kept = tokenizer.decode(full[start:cut])
+    if not window.startswith(kept):
+        return None
+    suffix = suffix_window(cursor.suffix, tokenizer, int(tokens * SUFFIX_SHARE))
+    near = cold_prefix(window[len(kept):], tokenizer, max(32, tokens - len(tokenizer.encode(suffix))))
+    return [*full[:cut], *tokenizer.encode(near), fim.suffix, *tokenizer.encode(suffix), fim.middle]

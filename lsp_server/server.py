@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 STATUS = "draftline/status"
 SUGGESTION_READY = "draftline/suggestionReady"  # {uri, position}: ask again there
 INDEX_DELAY_S = 0.5  # re-index a changed document once typing pauses
-EXTEND_IDLE_S = 1.0  # prefill a shortened prompt's full window after this long without requests
+EXTEND_IDLE_S = 0.25  # prefill a shortened prompt's full window after this long without requests
 ALTERNATIVE = Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=0)  # for invoked requests
 
 

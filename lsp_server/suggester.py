@@ -18,7 +18,7 @@ from engine.stats import Stats
 from lsp_server import postprocess
 from lsp_server.context import (
     WINDOW_STEP_LINES, Block, Budget, Cursor, build_prompt, fit, neighbourhood, similar_snippets)
-from lsp_server.cold_window import cold_prompt
+from lsp_server.cold_window import cold_prompt, warm_start
 from lsp_server.options import Settings
 from lsp_server.repo_context import Repository, choose, names_near
 
@@ -127,7 +127,8 @@ class Suggester:
         if engine.prefill_seconds(full) <= self.cold_prefill_s:
             return full, None
         fits = int(engine.prefill_tokens_per_s() * self.cold_prefill_s)
-        return cold_prompt(cursor, engine.tokenizer, fits), full
+        warm = warm_start(full, engine.cached_tokens(full), cursor, engine.tokenizer, fits)
+        return (cold_prompt(cursor, engine.tokenizer, fits) if warm is None else warm), full
 
     def generate(self, plan: Plan, cancel: threading.Event, sampling: Sampling = Sampling(),
                  on_prefilled: Callable[[], None] | None = None) -> Suggestion:

@@ -65,3 +65,49 @@ def test_cold_prefix_fits_real_code(small_tokenizer):
         window = cold_prefix(prefix, tok, budget)
         assert len(tok.encode(window)) <= budget
         assert prefix.endswith(window.split("\n")[-2] + "\n    ")
+
+
+def _qwen_like(small_tokenizer):
+    """The small tokenizer has no FIM tokens: three of its control tokens (ids 0-2, skipped when
+    decoding) stand in for them."""
+    import copy
+
+    from engine.tokenization.tokenizer import FimTokens
+
+    tok = copy.copy(small_tokenizer)
+    tok.fim = FimTokens(1, 2, 0)
+    return tok
+
+
+def test_warm_start_keeps_the_cached_lines_and_adds_the_nearest(small_tokenizer):
+    from lsp_server.cold_window import warm_start
+    from lsp_server.context import Cursor, fim_prompt
+
+    tok = _qwen_like(small_tokenizer)
+    lines = [f"value_{i} = compute({i})" for i in range(200)]
+    cursor = Cursor("\n".join(lines) + "\n", "\nprint(value_0)\n")
+    full = fim_prompt(tok, cursor.prefix, cursor.suffix)
+    cached = len(full) // 3  # a background prefill got a third of the way
+    prompt = warm_start(full, cached, cursor, tok, 120)
+    cut = max(i for i in range(cached + 1) if tok.decode(full[1:i]).endswith("\n"))
+    assert prompt[:cut] == full[:cut]  # the cached lines, whole, and nothing past a line's end
+    text = tok.decode(prompt[cut:])
+    assert "value_199 = compute(199)\n" in text  # the nearest lines
+    assert f"value_{len(tok.decode(full[1:cut]).splitlines()) + 5} =" not in text  # not the gap
+    assert len(prompt) - cut <= 130
+    # nothing of the prefix window cached (and no other files): the plain cold window instead
+    assert warm_start(full, 0, cursor, tok, 120) is None
+
+
+def test_warm_start_keeps_cached_other_files_before_a_cold_window(small_tokenizer):
+    from lsp_server.cold_window import warm_start
+    from lsp_server.context import Cursor, fim_prompt
+
+    tok = _qwen_like(small_tokenizer)
+    cursor = Cursor("".join(f"value_{i} = compute({i})\n" for i in range(200)), "")
+    head = tok.encode("other.py\ndef compute(x):\n    return x\n")
+    full = fim_prompt(tok, cursor.prefix, cursor.suffix, head)
+    prompt = warm_start(full, len(head) + 1, cursor, tok, 100)  # the other file and <fim_prefix>
+    assert prompt[:len(head) + 1] == full[:len(head) + 1]
+    assert "value_199 = compute(199)\n" in tok.decode(prompt[len(head) + 1:])
+    assert warm_start(full, len(head) - 1, cursor, tok, 100) is None  # not even the other file whole

@@ -142,6 +142,9 @@ class RemoteEngine:
     def prefill_tokens_per_s(self) -> float:
         return float("inf")  # not known here: the server's business
 
+    def cached_tokens(self, prompt: object) -> int:
+        return 0  # the server's own prefix cache is not known here
+
     def prefill(self, tokens: Sequence[int], cancel=None) -> None:
         pass
 

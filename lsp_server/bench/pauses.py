@@ -92,6 +92,11 @@ def _first_line(text: str) -> str:
     return text.split("\n", 1)[0].strip()
 
 
+def _units(text: str) -> int:
+    """Length in UTF-16 code units, as LSP positions count."""
+    return len(text.encode("utf-16-le")) // 2
+
+
 def _indent(line: str) -> str:
     return line[:len(line) - len(line.lstrip())]
 
@@ -124,12 +129,12 @@ class DraftlineEditor:
             "textDocument": {"uri": self.uri, "version": self.version},
             "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]})
 
-    def ask(self, lines: list[str], line: int, character: int) -> str:
+    def ask(self, lines: list[str], line: int, column: int) -> str:
+        before = lines[line][:column]
         reply = self.client.request(next(self.ids), "textDocument/inlineCompletion", {
-            "textDocument": {"uri": self.uri}, "position": {"line": line, "character": character},
+            "textDocument": {"uri": self.uri}, "position": {"line": line, "character": _units(before)},
             "context": {"triggerKind": 2}})
         items = (reply.get("result") or {}).get("items") or []
-        before = lines[line][:character]
         return items[0]["insertText"][len(before):] if items else ""
 
     def close(self) -> None:
@@ -157,8 +162,8 @@ class LlamaVimEditor:
     def insert(self, line: int, character: int, text: str) -> None:
         pass
 
-    def ask(self, lines: list[str], line: int, character: int) -> str:
-        before, after = lines[line][:character], lines[line][character:]
+    def ask(self, lines: list[str], line: int, column: int) -> str:
+        before, after = lines[line][:column], lines[line][column:]
         body = LLAMA_VIM | {
             "input_prefix": "".join(f"{s}\n" for s in lines[max(0, line - LLAMA_VIM_PREFIX_LINES):line]),
             "input_suffix": "\n".join([after, *lines[line + 1:line + 1 + LLAMA_VIM_SUFFIX_LINES]]),
@@ -181,7 +186,7 @@ def replay(editor, walk: Walk, key_s: float) -> list[Pause]:
     for number in range(walk.first, walk.pauses[-1] + 1):
         target = walk.lines[number]
         indent = _indent(target)
-        editor.insert(number - 1, len(lines[-1]), "\n" + indent)
+        editor.insert(number - 1, _units(lines[-1]), "\n" + indent)
         lines.append(indent)
         if number in walk.pauses:
             started = time.perf_counter()
@@ -189,7 +194,7 @@ def replay(editor, walk: Walk, key_s: float) -> list[Pause]:
             results.append(Pause(editor.name, str(walk.path), number, target.strip(), _first_line(ghost),
                                  (time.perf_counter() - started) * 1000))
         for character in target[len(indent):]:  # typed key by key
-            editor.insert(number, len(lines[number]), character)
+            editor.insert(number, _units(lines[number]), character)
             lines[number] += character
             time.sleep(key_s)
     editor.close()
