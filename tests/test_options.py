@@ -52,7 +52,7 @@ def test_a_flag_before_the_command_is_kept(capsys):
 def test_model_flags_are_accepted_before_bench():
     with pytest.raises(SystemExit) as exit_:
         main(["--threads", "2", "bench", "--tasks", "0"])
-    assert "--tasks and --quality must be at least 0, one of them positive" in str(exit_.value.code)
+    assert "--tasks, --quality and --pauses must be at least 0, one of them positive" in str(exit_.value.code)
 
 
 def test_every_flag_option_is_a_flag_of_complete(capsys):
