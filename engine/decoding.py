@@ -213,7 +213,7 @@ def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int
     start = time.perf_counter()
     out, current, generator = _begin(target, prompt, request, vocab, owed)
     stats, sampling = out.stats, request.sampling
-    use_tree = target.supports_tree and sampling.greedy
+    use_tree = target.capabilities.tree and sampling.greedy
     while not out.done:
         k = min(max_depth, request.max_new_tokens - len(out.tokens))
         t = time.perf_counter()

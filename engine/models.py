@@ -90,8 +90,9 @@ def choose_backend(requested: str, path: Path) -> str:
 
 
 def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto",
-               max_len: int = 4096) -> tuple[Backend, Tokenizer]:
-    """Load a model (a path, a known name or hf:...) on the chosen backend, with its tokenizer."""
+               max_len: int = 4096, copy_budget: float = 0.25) -> tuple[Backend, Tokenizer]:
+    """Load a model (a path, a known name or hf:...) on the chosen backend, with its tokenizer.
+    copy_budget: the torch backend's (TorchLlama)."""
     path = resolve(spec)
     if not path.exists():
         raise ModelLoadError(f"model not found: {path}")
@@ -113,14 +114,14 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
         weights = map_gguf(path)
         model = NativeLlama(weights, max_len=max_len)
     else:
-        model = _load_torch(path, dtype, device, max_len)
+        model = _load_torch(path, dtype, device, max_len, copy_budget)
     log.info("loaded %s (%d layers, %s, %s)", path.name, model.config.n_layers, dtype, device)
     # Rows that pad the embedding past the real tokens are never chosen.
     model.limit_vocab(min(tokenizer.vocab_size, tokenizer.tokens_in_use))
     return model, tokenizer
 
 
-def _load_torch(path: Path, dtype: str, device: str, max_len: int) -> Backend:
+def _load_torch(path: Path, dtype: str, device: str, max_len: int, copy_budget: float) -> Backend:
     from engine import weight_cache
     from engine.backends.torch_llama import TorchLlama
     from engine.kernels import QUANT
@@ -131,4 +132,5 @@ def _load_torch(path: Path, dtype: str, device: str, max_len: int) -> Backend:
     if weights is None:  # first start with this file: convert, and keep the result
         weights = weight_cache.convert(load_weights(path, four_bit=quant == "int4"), torch_dtype(dtype), quant)
         weight_cache.save(weights, path, dtype)
-    return TorchLlama(weights, torch_dtype(dtype), max_len=max_len, device=device, quant=quant)
+    return TorchLlama(weights, torch_dtype(dtype), max_len=max_len, device=device, quant=quant,
+                      copy_budget=copy_budget)

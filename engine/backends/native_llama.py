@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backends.base import ArrayCache, pass_positions
+from engine.backends.base import ArrayCache, Capabilities, pass_positions
 from engine.errors import EngineError
-from engine.execution_plan import ExecutionPlan
+from engine.execution_plan import STORED
 from engine.formats.gguf_blocks import BlockMatrix, BlockStack
 from engine.native import NativeDecoder, load_library
 from engine.weights import LoadedWeights
@@ -41,7 +41,6 @@ class _Layer:
 
 
 class NativeLlama(ArrayCache):
-    supports_tree = True
     quant = "gguf"  # the weights format, as `--dtype` names it
 
     def __init__(self, weights: LoadedWeights, max_len: int = 4096):
@@ -54,7 +53,6 @@ class NativeLlama(ArrayCache):
         # Within a sliding window every position sees all earlier ones, so capping the context
         # at the window computes exactly what the windowed model does.
         self.max_len = min(max_len, c.max_position, c.sliding_window or max_len)
-        self.plan = ExecutionPlan()  # threads by pass width, filled in by calibration
         self.threads = len(os.sched_getaffinity(0))  # where the plan does not say
         self.embed = t["embed"]
         self.head = self.embed if c.tie_embeddings else t["lm_head"]
@@ -85,6 +83,15 @@ class NativeLlama(ArrayCache):
         if lib is None or not NativeDecoder.supports(self):
             raise EngineError(f"{weights.source}: the native decoder cannot compute this model here")
         self.native = NativeDecoder(lib, self)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Token trees, thread counts per pass width, every pass one C call in the stored format."""
+        return Capabilities(tree=True, kernels=(STORED,), threads=True, native=True,
+                            tile_from=self.native.tiles_from())
+
+    def cost_key(self) -> str:
+        return f"NativeLlama-gguf-{self.native.build}"
 
     def set_threads(self, n: int) -> None:
         """The thread count of passes the plan does not give one."""
