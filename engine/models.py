@@ -125,7 +125,7 @@ def _load_torch(path: Path, dtype: str, device: str, max_len: int, copy_budget: 
     from engine import weight_cache
     from engine.backends.torch_llama import TorchLlama
     from engine.kernels import QUANT
-    from engine.weights import load_weights
+    from engine.formats.load import load_weights
 
     quant = dtype if dtype in QUANT else None
     weights = weight_cache.load(path, dtype)

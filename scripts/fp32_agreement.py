@@ -17,7 +17,7 @@ from engine.backends.native_llama import NativeLlama
 from engine.backends.torch_llama import TorchLlama
 from engine.formats.gguf_mapped import map_gguf
 from engine.tokenization import load_tokenizer
-from engine.weights import load_weights
+from engine.formats.load import load_weights
 
 
 def _report(name: str, got: list[torch.Tensor], want: list[torch.Tensor]) -> None:

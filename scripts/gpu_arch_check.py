@@ -42,7 +42,7 @@ def check(root: Path) -> bool:
     from safetensors.torch import load_file
 
     from engine.backends.torch_llama import TorchLlama
-    from engine.weights import load_weights
+    from engine.formats.load import load_weights
 
     ok = True
     for name in CASES:

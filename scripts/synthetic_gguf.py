@@ -106,7 +106,7 @@ def load(path: Path, dtype: str) -> None:
         from engine.backends.torch_llama import TorchLlama
         from engine.kernels import QUANT
         from engine.models import torch_dtype
-        from engine.weights import load_weights
+        from engine.formats.load import load_weights
 
         weights = load_weights(path, four_bit=dtype == "int4")
         header = time.perf_counter() - start

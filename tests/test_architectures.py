@@ -22,7 +22,7 @@ from engine.backends.torch_llama import TorchLlama
 from engine.backends.native_llama import NativeLlama
 from engine.formats.gguf_mapped import map_gguf, runs_mapped
 from engine.tokenization import load_tokenizer
-from engine.weights import load_weights
+from engine.formats.load import load_weights
 from tests import hf_tiny
 from tests.q4k import quantize_q4_k, requantize_q4_k
 from tests.refusals import refused

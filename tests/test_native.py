@@ -30,7 +30,8 @@ from engine.fetch import model_path
 from engine.models import load_model
 from engine.native import NativeDecoder
 from engine.tokenization import load_tokenizer
-from engine.weights import LoadedWeights, load_weights
+from engine.formats.load import load_weights
+from engine.weights import LoadedWeights
 from tests import gguf_files
 from tests.code_samples import stdlib_text
 from tests.models import SMALL

@@ -8,7 +8,8 @@ from safetensors.torch import save_file
 from engine.backends.torch_llama import TorchLlama
 from engine.errors import ModelLoadError
 from engine.architectures import FAMILIES
-from engine.weights import LoadedWeights, load_weights
+from engine.formats.load import load_weights
+from engine.weights import LoadedWeights
 from tests.tiny_models import random_weights
 
 

@@ -17,6 +17,7 @@ import torch
 from engine.backends.base import Backend, Capabilities
 from engine.errors import BackendUnavailable, EngineError, ModelLoadError
 from engine.stdout_guard import stdout_to_stderr
+from engine.tokenization.hf import load_folder
 from engine.tokenization.tokenizer import Tokenizer
 
 INSTALL_HINT = "pip install 'draftline[exllamav2]'"
@@ -100,7 +101,7 @@ def load_exllamav2(path: Path, max_len: int = 4096) -> tuple[ExLlamaV2Backend, T
     if not (path.is_dir() and (path / "config.json").exists()):
         raise ModelLoadError(f"{path}: the exllamav2 backend needs a model folder with config.json "
                              "(EXL2 or fp16 safetensors), not a .gguf file")
-    tokenizer = Tokenizer.from_folder(path)
+    tokenizer = load_folder(path)
     with stdout_to_stderr(), keep_torch_threads():
         try:
             from exllamav2 import ExLlamaV2, ExLlamaV2Cache, ExLlamaV2Config
