@@ -2,8 +2,6 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# torch's OpenMP threads spin while idle; on a 2-core machine that slows everything else down.
-export OMP_WAIT_POLICY := PASSIVE
 
 .PHONY: demo test install editors models
 

@@ -18,7 +18,7 @@ from engine.errors import EngineError
 from engine.healing import Healer
 from engine.catalog import DEFAULT
 from engine.models import load_model, resolve, resolve_dtype
-from engine.api import MODES, Completion, Request
+from engine.api import DEFAULT_MODE, MODES, Completion, Request
 from engine.tokenization.tokenizer import Tokenizer
 from engine.user_cache import content_key, machine_key
 
@@ -181,7 +181,7 @@ class Engine:
         return (len(tokens) - self.target.cached_prefix(tokens)) / self.prefill_tokens_per_s()
 
     def complete(self, prompt: str | Sequence[int], request: Request = Request(),
-                 mode: str = "lookup") -> Completion:
+                 mode: str = DEFAULT_MODE) -> Completion:
         """Continue `prompt` as `request` says, decoding in `mode`. Text prompts are
         token-healed unless request.heal is False, and get the BOS the model expects; token-id
         prompts are used as given."""

@@ -20,7 +20,7 @@ from engine.models import choose_backend
 from tests.models import SMALL
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="these tests describe a machine without CUDA")
 

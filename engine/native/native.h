@@ -1,4 +1,5 @@
-/* What decoder.c, matmul.c and unpack.c share: matrix formats, activations, their product. */
+/* What every source of the decoder shares (decoder.c and quantize.c directly, the products
+   through formats.h): matrix formats, activations, their product. */
 #ifndef DRAFTLINE_NATIVE_H
 #define DRAFTLINE_NATIVE_H
 
