@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backends.base import Backend
+from engine.execution.backends.base import Backend
 from engine.drafters.base import Draft, Drafter
 from engine.healing import Healer
 from engine.api import Request, Sampling

@@ -5,22 +5,22 @@ import os
 import threading
 from collections.abc import Sequence
 
-from engine.backends.base import Backend
-from engine.calibrate import Calibration, keep, load_or_measure, measure_pass_costs
+from engine.execution.backends.base import Backend
+from engine.execution.calibrate import Calibration, keep, load_or_measure, measure_pass_costs
 from engine.decoding import Vocabulary, generate_autoregressive, generate_speculative
 from engine.draft_length import Acceptance, PassCosts
-from engine.execution_plan import ExecutionPlan
+from engine.execution.plan import ExecutionPlan
 from engine.drafters.base import ModelDrafter
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.hybrid import Hybrid
 from engine.drafters.lookup import HISTORY_CONTEXT, Lookup
 from engine.errors import EngineError
 from engine.healing import Healer
-from engine.catalog import DEFAULT
+from engine.loading.catalog import DEFAULT
 from engine.models import load_model, resolve, resolve_dtype
 from engine.api import DEFAULT_MODE, MODES, Completion, Request
 from engine.tokenization.tokenizer import Tokenizer
-from engine.user_cache import content_key, machine_key
+from engine.loading.user_cache import content_key, machine_key
 
 class Engine:
     """A target model, optional draft model, and a lookup index over documents, the workspace
@@ -117,13 +117,13 @@ class Engine:
         capabilities = self.target.capabilities
         return {"kind": "local", "dtype": self.dtype, "backend": type(self.target).__name__,
                 "device": capabilities.device, "weight_bytes": self.target.weight_bytes,
-                # the C decoder of quantized models (engine/native/), where it runs
+                # the C decoder of quantized models (engine/execution/native/), where it runs
                 "native_decoder": capabilities.native,
                 "draft": type(self.draft).__name__ if self.draft else None,
                 "calibration": self.calibration.as_dict() if self.calibration else None,
                 # seconds per pass by width, as timed passes have corrected the calibration's
                 "pass_cost": [round(c, 5) for c in self.costs.cost],
-                # threads and kernel per pass width (engine/execution_plan.py), target then draft
+                # threads and kernel per pass width (engine/execution/plan.py), target then draft
                 "execution_plan": [b.plan.describe()
                                    for b in [self.target] + ([self.draft.backend] if self.draft else [])]}
 

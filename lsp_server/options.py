@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 
 from engine.api import BACKENDS, CONNECT_TIMEOUT_S, DEFAULT_MODE, DTYPES, MODES, READ_TIMEOUT_S
-from engine.catalog import DEFAULT, KNOWN
+from engine.loading.catalog import DEFAULT, KNOWN
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    # The target model: a known name (engine/catalog.py; fetched once into the user cache),
+    # The target model: a known name (engine/loading/catalog.py; fetched once into the user cache),
     # a .gguf file, a Hugging Face folder (config.json + *.safetensors) or hf:OWNER/REPO/FILE.gguf.
     Option("model", str, Settings.model, f"target model: {', '.join(KNOWN)}, a .gguf file, a Hugging Face folder "
            "or hf:OWNER/REPO/FILE.gguf", flag=True, reloads=True),
@@ -97,7 +97,7 @@ OPTIONS: tuple[Option, ...] = (
            "(the one-layer draft of smollm2-135m)",
            nullable=True, flag=True, reloads=True),
     # Weights format; null picks the fastest measured for the device: on a CPU gguf (a GGUF
-    # file's own blocks where it is mapped, engine/native/) where the native decoder runs the
+    # file's own blocks where it is mapped, engine/execution/native/) where the native decoder runs the
     # file, else int4 for a GGUF stored in 4 bits, else int8; bf16 or fp16 on a GPU. fp32 is
     # the exact mode the tests use.
     Option("dtype", str, Settings.dtype, "weights: gguf, int4, int8, bf16, fp16, fp32 (null: on a CPU gguf where the "

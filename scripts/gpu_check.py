@@ -31,8 +31,8 @@ from safetensors.torch import save_file  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.api import Request  # noqa: E402
 from engine.tokenization import load_tokenizer  # noqa: E402
-from engine.backends.base import Backend  # noqa: E402
-from engine.fetch import model_path
+from engine.execution.backends.base import Backend  # noqa: E402
+from engine.loading.fetch import model_path
 from engine.models import load_model  # noqa: E402
 from engine.tokenization.tokenizer import Tokenizer  # noqa: E402
 

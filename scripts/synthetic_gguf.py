@@ -93,8 +93,8 @@ def _rss_mb() -> float:
 
 
 def load(path: Path, dtype: str) -> None:
-    from engine.backends.native_llama import NativeLlama
-    from engine.formats.gguf_mapped import map_gguf
+    from engine.execution.backends.native_llama import NativeLlama
+    from engine.loading.formats.gguf_mapped import map_gguf
 
     base = _rss_mb()
     start = time.perf_counter()
@@ -103,10 +103,10 @@ def load(path: Path, dtype: str) -> None:
         header = time.perf_counter() - start
         model = NativeLlama(weights, max_len=512)
     else:
-        from engine.backends.torch_llama import TorchLlama
-        from engine.kernels import QUANT
+        from engine.execution.backends.torch_llama import TorchLlama
+        from engine.execution.kernels import QUANT
         from engine.models import torch_dtype
-        from engine.formats.load import load_weights
+        from engine.loading.formats.load import load_weights
 
         weights = load_weights(path, four_bit=dtype == "int4")
         header = time.perf_counter() - start

@@ -1,7 +1,7 @@
 """Shared fixtures: the embedded model is loaded once per test session."""
 import os
 
-# Converted weights and measurements (engine/user_cache.py) go to the checkout's own cache,
+# Converted weights and measurements (engine/loading/user_cache.py) go to the checkout's own cache,
 # not the user's; the servers the tests start inherit this.
 os.environ.setdefault("DRAFTLINE_CACHE_DIR",
                       os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "user"))

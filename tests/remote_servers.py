@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.fetch import model_path
+from engine.loading.fetch import model_path
 from tests.models import SMALL
 
 HAVE_LLAMA_SERVER = all(importlib.util.find_spec(m) is not None

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.backends.exllamav2 import INSTALL_HINT, unavailable_reason
+from engine.execution.backends.exllamav2 import INSTALL_HINT, unavailable_reason
 from engine.errors import BackendUnavailable
-from engine.fetch import model_path
+from engine.loading.fetch import model_path
 from engine.models import choose_backend
 from tests.models import SMALL
 

@@ -14,13 +14,14 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from engine import calibrate, weight_cache
-from engine.backends.native_llama import NativeLlama
-from engine.backends.torch_llama import TorchLlama
-from engine.formats.gguf_mapped import map_gguf
-from engine.execution_plan import STORED, ExecutionPlan
-from engine.kernels import Int8Weight
-from engine.user_cache import content_key, write_atomically
+from engine.execution import calibrate
+from engine.loading import weight_cache
+from engine.execution.backends.native_llama import NativeLlama
+from engine.execution.backends.torch_llama import TorchLlama
+from engine.loading.formats.gguf_mapped import map_gguf
+from engine.execution.plan import STORED, ExecutionPlan
+from engine.execution.kernels import Int8Weight
+from engine.loading.user_cache import content_key, write_atomically
 from lsp_server.options import Settings
 from lsp_server.suggester import COLD_PREFILL_S, Suggester
 from lsp_server.context import Cursor
@@ -278,7 +279,7 @@ def test_a_corrupt_weight_cache_is_ignored(tmp_path):
 
 def test_two_processes_writing_one_entry_leave_a_whole_file(tmp_path):
     target = tmp_path / "entry.bin"
-    writer = ("import sys; from pathlib import Path; from engine.user_cache import write_atomically;"
+    writer = ("import sys; from pathlib import Path; from engine.loading.user_cache import write_atomically;"
               "byte = sys.argv[1].encode();"
               "write_atomically(Path(sys.argv[2]), lambda p: p.write_bytes(byte * (64 << 20)))")
     procs = [subprocess.Popen([sys.executable, "-c", writer, b, str(target)]) for b in "ab"]
@@ -362,7 +363,7 @@ def test_a_prefill_is_cancelled_within_about_half_a_second_at_the_estimated_rate
     """A background prefill of a large model on a small CPU (40 tokens/s) runs in 16-token
     chunks, not 256 (6 s), so a new request waits for at most one short chunk; chunks are whole
     16-token groups (AMX tiles), sized by the measured rate once there is one."""
-    from engine.backends.base import PREFILL_CHUNK, prefill_chunk_for
+    from engine.execution.backends.base import PREFILL_CHUNK, prefill_chunk_for
 
     assert prefill_chunk_for(40.0) == 16 and prefill_chunk_for(5.0) == 16 and prefill_chunk_for(110.0) == 48
     assert prefill_chunk_for(1e6) == PREFILL_CHUNK
@@ -404,7 +405,7 @@ def test_prefill_chunks_grow_to_about_half_a_second_and_no_further(monkeypatch):
     """A wide pass prefills faster than a narrow one (its fixed costs are shared), so chunks
     are sized by the last chunk's rate: from calibration's low estimate they grow to about
     CANCEL_WAIT_S, in whole 16-token groups, and a chunk never takes longer than that."""
-    from engine.backends import base
+    from engine.execution.backends import base
 
     model = int8_model()
     model.set_prefill_estimate(40.0)

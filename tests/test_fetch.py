@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import catalog, fetch
-from engine.catalog import KnownModel, Piece
+from engine.loading import catalog, fetch
+from engine.loading.catalog import KnownModel, Piece
 from engine.errors import ModelLoadError
 from tests.models import SMALL
 

@@ -16,7 +16,7 @@ from engine.api import Request
 from engine.tokenization import load_tokenizer
 from engine.healing import Healer
 from engine.models import load_model
-from engine.formats.gguf_header import read_header
+from engine.loading.formats.gguf_header import read_header
 from engine.tokenization.tokenizer import FimTokens
 from lsp_server.context import Cursor, build_prompt
 from tests import refusals

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from engine.remote.client import Cancelled, Endpoint, RemoteError, get_json, stream_completion
 from engine.api import CONNECT_TIMEOUT_S, DEFAULT_MODE, READ_TIMEOUT_S, Completion, Request
-from engine.catalog import DEFAULT
+from engine.loading.catalog import DEFAULT
 from engine.stats import Stats
 from engine.tokenization.special_names import BY_KEY
 from engine.tokenization.tokenizer import FimTokens, Tokenizer

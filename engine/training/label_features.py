@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from engine.backends.torch_llama import TorchLlama
-from engine.fetch import model_path
+from engine.execution.backends.torch_llama import TorchLlama
+from engine.loading.fetch import model_path
 from engine.tokenization import load_tokenizer
 from engine.training.data import corpus, log, shuffled_chunks
-from engine.formats.load import load_weights
+from engine.loading.formats.load import load_weights
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -16,7 +16,7 @@ import torch
 
 from engine.engine import Engine
 from engine.api import MODES, Request
-from engine.backends.base import Backend
+from engine.execution.backends.base import Backend
 from engine.engine import Completion
 from engine.training.data import stdlib_files
 

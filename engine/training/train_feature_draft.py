@@ -22,12 +22,12 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from engine.fetch import model_path
+from engine.loading.fetch import model_path
 from engine.tokenization import load_tokenizer
 from engine.training.checkpoint import load_checkpoint, save_checkpoint
 from engine.training.data import corpus, frequent_tokens, log
 from engine.training.feature_net import FeatureDraftNet
-from engine.formats.load import load_weights
+from engine.loading.formats.load import load_weights
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

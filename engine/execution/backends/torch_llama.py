@@ -1,12 +1,12 @@
 """A Llama-family decoder in plain torch with a preallocated KV cache.
 
-Rotary embeddings (with rope scaling, engine/rope.py), grouped-query attention, tied or untied
+Rotary embeddings (with rope scaling, engine/execution/rope.py), grouped-query attention, tied or untied
 head; what differs between families (RMSNorm or LayerNorm, SwiGLU or GELU MLP, biases, q/k
-norm) comes from engine/architectures.py. Q/K/V and gate/up are fused into one matmul each:
+norm) comes from engine/loading/architectures.py. Q/K/V and gate/up are fused into one matmul each:
 on a CPU most of a one-token pass is per-op overhead. Runs on the CPU, or on CUDA when asked.
-On a CPU the passes of an int4/int8 model run in C where they can (engine/native/): this module
+On a CPU the passes of an int4/int8 model run in C where they can (engine/execution/native/): this module
 then holds the weights and the KV cache, and runs the other kernels' passes. A GGUF the C
-decoder computes where the file is mapped runs without torch (engine/backends/native_llama.py).
+decoder computes where the file is mapped runs without torch (engine/execution/backends/native_llama.py).
 """
 from __future__ import annotations
 
@@ -20,16 +20,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.architectures import FAMILIES
-from engine.backends.base import ArrayCache, Capabilities, pass_positions
+from engine.loading.architectures import FAMILIES
+from engine.execution.backends.base import ArrayCache, Capabilities, pass_positions
 from engine.errors import EngineError
-from engine.execution_plan import STORED, ExecutionPlan
-from engine.formats.gguf_blocks import BlockMatrix, BlockStack
-from engine.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, available_memory, compute_dtype, fuse,
+from engine.execution.plan import STORED, ExecutionPlan
+from engine.loading.formats.gguf_blocks import BlockMatrix, BlockStack
+from engine.execution.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, available_memory, compute_dtype, fuse,
                             int8_product, linear, prefill_candidates, to_format, weight_nbytes)
-from engine.native import decoder_for
-from engine.rope import rope_tables
-from engine.weights import LlamaConfig, LoadedWeights
+from engine.execution.native import decoder_for
+from engine.execution.rope import rope_tables
+from engine.loading.weights import LlamaConfig, LoadedWeights
 
 
 @dataclass
@@ -57,7 +57,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float, kind: str) -> torch.Tensor:
-    """RMSNorm ("rms") or LayerNorm ("layer"), as the family's row in engine/architectures.py says."""
+    """RMSNorm ("rms") or LayerNorm ("layer"), as the family's row in engine/loading/architectures.py says."""
     if kind == "rms":
         return rms_norm(x, weight, eps)
     return F.layer_norm(x, weight.shape, weight.to(x.dtype), None if bias is None else bias.to(x.dtype), eps)
@@ -82,14 +82,14 @@ class TorchLlama(ArrayCache):
                  quant: str | None = None, copy_budget: float = 0.25):
         """head_rows: keep only these rows of the output head (a draft model's reduced
         vocabulary); the logits of every other token are -inf. quant: "int8" or "int4"
-        weight-only matrices with bf16 activations (CPU only; engine/kernels.py). A matrix
+        weight-only matrices with bf16 activations (CPU only; engine/execution/kernels.py). A matrix
         already in a mapped GGUF's blocks (the embedded draft shares its target's) stays so,
         for the native decoder. copy_budget: the most of the machine's available memory
         (measured when a copy is made) that a resident copy of the matrices in another
         kernel's dtype may take (`use_plan`)."""
         super().__init__()
         if quant == "gguf":
-            raise EngineError("a mapped GGUF runs on the native backend (engine/backends/native_llama.py)")
+            raise EngineError("a mapped GGUF runs on the native backend (engine/execution/backends/native_llama.py)")
         c: LlamaConfig = weights.config
         self.config = c
         self.quant = quant
@@ -121,7 +121,7 @@ class TorchLlama(ArrayCache):
         self.cos = torch.from_numpy(cos).to(device=self.device, dtype=self.dtype)
         self.sin = torch.from_numpy(sin).to(device=self.device, dtype=self.dtype)
         self.rotary_pairs = weights.rotary_pairs  # only the native decoder rotates pairs
-        # The passes of a quantized model run in C where they can (engine/native/).
+        # The passes of a quantized model run in C where they can (engine/execution/native/).
         on_cpu = self.device.type == "cpu" and self.dtype == torch.bfloat16
         self.native = decoder_for(self) if quant and on_cpu else None
         if self.native is None and self.rotary_pairs:
@@ -152,7 +152,7 @@ class TorchLlama(ArrayCache):
         self.head_rows = None
         if head_rows is not None:
             self._choose_rows(self.head, head_rows.to(self.device))
-        # `t` may be lazy (engine/weights.py): each lookup reads one tensor, which is converted
+        # `t` may be lazy (engine/loading/weights.py): each lookup reads one tensor, which is converted
         # and dropped before the next, so the source model is never held whole.
         self.norm = cast(t["norm"])
         self.norm_bias = optional("norm_bias")
@@ -182,7 +182,7 @@ class TorchLlama(ArrayCache):
     @property
     def capabilities(self) -> Capabilities:
         """Token trees; on a CPU, thread counts per pass width; and where the C decoder does not
-        run the passes, torch's kernels for the weights' format (engine/kernels.py)."""
+        run the passes, torch's kernels for the weights' format (engine/execution/kernels.py)."""
         kernels = (STORED,) if self.native is not None else prefill_candidates(self.dtype, self.quant is not None)
         return Capabilities(tree=True, device=self.device.type, kernels=kernels, threads=self.device.type == "cpu",
                             native=self.native is not None)

@@ -1,9 +1,9 @@
-"""A mapped GGUF computed by the native decoder (engine/native/), with no torch at all.
+"""A mapped GGUF computed by the native decoder (engine/execution/native/), with no torch at all.
 
-The weights are the file's own blocks where it is mapped (engine/formats/gguf_mapped.py), the KV
+The weights are the file's own blocks where it is mapped (engine/loading/formats/gguf_mapped.py), the KV
 cache is bf16 in numpy arrays, and every pass (prefill, decoding, verification of a chain or a
 token tree) is one C call. Nothing here imports torch, so a model that runs this way starts
-1.2-1.5 s sooner than through the torch backend (engine/backends/torch_llama.py), which runs
+1.2-1.5 s sooner than through the torch backend (engine/execution/backends/torch_llama.py), which runs
 everything else: Hugging Face folders, GPUs, and machines where the decoder does not build.
 """
 from __future__ import annotations
@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backends.base import ArrayCache, Capabilities, pass_positions
+from engine.execution.backends.base import ArrayCache, Capabilities, pass_positions
 from engine.errors import EngineError
-from engine.execution_plan import STORED
-from engine.formats.gguf_blocks import BlockMatrix, BlockStack
-from engine.native import NativeDecoder, load_library
-from engine.weights import LoadedWeights
+from engine.execution.plan import STORED
+from engine.loading.formats.gguf_blocks import BlockMatrix, BlockStack
+from engine.execution.native import NativeDecoder, load_library
+from engine.loading.weights import LoadedWeights
 
 
 class _Stopped(Exception):
@@ -30,7 +30,7 @@ class _Stopped(Exception):
 
 @dataclass
 class _Layer:
-    """One layer's tensors, which NativeDecoder describes to decoder.c (engine/native/__init__.py)."""
+    """One layer's tensors, which NativeDecoder describes to decoder.c (engine/execution/native/__init__.py)."""
     attn_norm: np.ndarray
     ffn_norm: np.ndarray
     bqkv: np.ndarray | None
@@ -45,7 +45,7 @@ class NativeLlama(ArrayCache):
 
     def __init__(self, weights: LoadedWeights, max_len: int = 4096):
         """Raises EngineError where the decoder does not compute this model or cannot run here
-        (engine/formats/gguf_mapped.py `runs_mapped` says so beforehand)."""
+        (engine/loading/formats/gguf_mapped.py `runs_mapped` says so beforehand)."""
         super().__init__()
         c = self.config = weights.config
         t = weights.tensors

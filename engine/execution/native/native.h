@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 /* Matrix formats: ggml's type ids for a GGUF file's own blocks, read where the file is mapped;
-   INT4 and INT8 are the torch backend's layouts (engine/kernels.py). */
+   INT4 and INT8 are the torch backend's layouts (engine/execution/kernels.py). */
 enum {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
   BF16 = 30, INT4 = 100, INT8 = 101

@@ -1,9 +1,9 @@
 """How a backend runs a pass of n tokens: on how many threads, with which kernel.
 
 Declared by every backend (`Backend.plan`, what its `Capabilities` allow), filled in by
-calibration (engine/calibrate.py, from measured pass costs), shown in stats
+calibration (engine/execution/calibrate.py, from measured pass costs), shown in stats
 (`Engine.describe`). Kernels: "stored" multiplies by the weights in their stored format (the C
-decoder of engine/native/ where it runs, else torch's int4/int8/bf16/fp32 kernels); "fp32" and
+decoder of engine/execution/native/ where it runs, else torch's int4/int8/bf16/fp32 kernels); "fp32" and
 "bf16" compute through a resident copy of the matrices in that dtype, or one dequantized for
 each pass.
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.execution_plan import STORED, ExecutionPlan
+from engine.execution.plan import STORED, ExecutionPlan
 
 PREFILL_CHUNK = 256  # the most tokens in one prefill pass
 MEASURED_CHUNK = 16  # prefill chunks at least this wide count in the measured prefill rate
@@ -21,11 +21,11 @@ class Capabilities:
 
     tree: bool = False  # `forward` verifies a token tree (parents) in one pass; else chains only
     device: str = "cpu"  # where its passes run: "cpu" or "cuda"
-    # The kernels its passes can run (engine/execution_plan.py): calibration times each for
+    # The kernels its passes can run (engine/execution/plan.py): calibration times each for
     # prefill and one-token passes and writes its choice into the plan.
     kernels: tuple[str, ...] = (STORED,)
     threads: bool = False  # it runs each pass width on the plan's thread count
-    # Every pass is one call of the C decoder (engine/native/): nothing to set up per pass
+    # Every pass is one call of the C decoder (engine/execution/native/): nothing to set up per pass
     # shape (no warm-up), and a pass costs the same from an empty cache.
     native: bool = False
     tile_from: int = 0  # the narrowest pass that AMX tiles take (amx.c; 0: none)
@@ -44,13 +44,13 @@ class Backend(ABC):
 
     def __init__(self) -> None:
         self.tokens: list[int] = []
-        # Threads and kernel by pass width (engine/execution_plan.py), filled in by calibration.
+        # Threads and kernel by pass width (engine/execution/plan.py), filled in by calibration.
         self.plan = ExecutionPlan()
         # Calibration's estimate of the prefill rate (tokens/s), until this session has
         # measured its own (`prefill_rate`).
         self.prefill_estimate = float("inf")
         # Tokens and seconds of the prefill chunks `sync` ran: the real prefill rate, which
-        # calibration only estimates (engine/calibrate.py; from narrow passes, it errs low).
+        # calibration only estimates (engine/execution/calibrate.py; from narrow passes, it errs low).
         self.prefilled = (0, 0.0)
         # The rate of the last prefill chunk: the next one is sized from it (`prefill_chunk`).
         self._last_chunk_rate: float | None = None

@@ -1,5 +1,5 @@
-"""Decoder weights as every format's reader returns them (engine/formats/): the model's
-hyper-parameters, its tensors under one canonical naming scheme (engine/architectures.py) in
+"""Decoder weights as every format's reader returns them (engine/loading/formats/): the model's
+hyper-parameters, its tensors under one canonical naming scheme (engine/loading/architectures.py) in
 Hugging Face's rotary layout, read lazily, and the checks each reader makes of a file's header.
 """
 from __future__ import annotations
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.architectures import FAMILIES, expand
+from engine.loading.architectures import FAMILIES, expand
 from engine.errors import ModelLoadError
-from engine.rope import RopeScaling
+from engine.execution.rope import RopeScaling
 
 if TYPE_CHECKING:  # a mapped GGUF's path never imports torch
     import torch
@@ -30,7 +30,7 @@ class LlamaConfig:
     max_position: int
     tie_embeddings: bool
     head_dim: int = 0  # 0: hidden_size // n_heads
-    family: str = "llama"  # a key of engine.architectures.FAMILIES
+    family: str = "llama"  # a key of engine.loading.architectures.FAMILIES
     rope_scaling: RopeScaling | None = None
     sliding_window: int | None = None  # attention span; the backend's context never exceeds it
 
@@ -65,10 +65,10 @@ class LazyTensors(Mapping[str, "torch.Tensor"]):
 @dataclass
 class LoadedWeights:
     config: LlamaConfig
-    tensors: Mapping[str, torch.Tensor]  # canonical names (engine/architectures.py), maybe lazy
+    tensors: Mapping[str, torch.Tensor]  # canonical names (engine/loading/architectures.py), maybe lazy
     source: Path
     # Q/K rows in llama.cpp's interleaved order (a mapped GGUF of the llama family): rotary
-    # turns adjacent pairs instead of halves (engine/formats/gguf_mapped.py map_gguf)
+    # turns adjacent pairs instead of halves (engine/loading/formats/gguf_mapped.py map_gguf)
     rotary_pairs: bool = False
 
 

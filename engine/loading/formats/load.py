@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.errors import ModelLoadError
-from engine.formats.gguf import open_gguf
-from engine.formats.hf import open_hf_folder
-from engine.weights import LoadedWeights
+from engine.loading.formats.gguf import open_gguf
+from engine.loading.formats.hf import open_hf_folder
+from engine.loading.weights import LoadedWeights
 
 
 def load_weights(path: Path, four_bit: bool = False) -> LoadedWeights:
@@ -20,7 +20,7 @@ def load_weights(path: Path, four_bit: bool = False) -> LoadedWeights:
 
     Only the header is read here; tensors are read when looked up in the result. With
     `four_bit`, a GGUF's 4-bit matrices are read as they are stored (Int4Weight) and its other
-    quantized ones as int8 (engine/formats/gguf.py); float ones stay float."""
+    quantized ones as int8 (engine/loading/formats/gguf.py); float ones stay float."""
     path = Path(path)
     if not path.exists():
         raise ModelLoadError(f"model not found: {path}")

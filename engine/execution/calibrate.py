@@ -1,11 +1,11 @@
 """Measuring, on the machine it runs on, what the target's passes cost, and choosing kernels.
 
-The result is the backend's execution plan (engine/execution_plan.py): threads and kernel per
+The result is the backend's execution plan (engine/execution/plan.py): threads and kernel per
 pass width, and the prefill kernel.
 
 - Prefill kernel: the torch backend can run prefill passes in its stored format ("stored":
-  the C decoder of engine/native/ where it runs, else torch's kernels) or in fp32 or bf16
-  (engine/kernels.py). Which is fastest differs 5-10x between CPUs of the same family, so each
+  the C decoder of engine/execution/native/ where it runs, else torch's kernels) or in fp32 or bf16
+  (engine/execution/kernels.py). Which is fastest differs 5-10x between CPUs of the same family, so each
   candidate is timed (torch's on two layers).
 - Pass costs by width, thread count and kernel: decoding chooses draft lengths from them
   (engine/draft_length.py). On a small CPU a one-token pass is fastest on one thread (two
@@ -18,7 +18,7 @@ pass width, and the prefill kernel.
 Measuring takes a few seconds, so the result is kept per machine, model and dtype in the
 user's cache directory; later starts only warm the pass shapes up.
 
-A model the native decoder runs (engine/native/) has nothing to choose but thread counts: C
+A model the native decoder runs (engine/execution/native/) has nothing to choose but thread counts: C
 runs every pass, prefill included, in the stored format (no copies: a prefill computes each
 token bitwise as decoding does), and needs no warm-up. Its calibration is one pass of each of
 _NATIVE_WIDTHS tokens from an empty cache (after one untimed pass), about 0.4 s for a 1.5B
@@ -33,10 +33,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from engine.backends.base import PREFILL_CHUNK, Backend
-from engine.execution_plan import STORED, ExecutionPlan
-from engine.native import TILE_TOKENS
-from engine.user_cache import cache_dir, write_atomically
+from engine.execution.backends.base import PREFILL_CHUNK, Backend
+from engine.execution.plan import STORED, ExecutionPlan
+from engine.execution.native import TILE_TOKENS
+from engine.loading.user_cache import cache_dir, write_atomically
 
 log = logging.getLogger("draftline")
 
@@ -207,7 +207,7 @@ def measure(backend: Backend, max_width: int, max_threads: int) -> Calibration:
         backend.use_plan(plan(threads, decode), final=False)
         return measure_pass_costs(backend, width)
 
-    # Every pass with logits runs one kernel (engine/execution_plan.py says why): the one that
+    # Every pass with logits runs one kernel (engine/execution/plan.py says why): the one that
     # one-token passes, the most frequent, run fastest with.
     decode = STORED
     if len(decode_kernels) > 1:

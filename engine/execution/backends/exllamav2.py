@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.backends.base import Backend, Capabilities
+from engine.execution.backends.base import Backend, Capabilities
 from engine.errors import BackendUnavailable, EngineError, ModelLoadError
 from engine.stdout_guard import stdout_to_stderr
 from engine.tokenization.hf import load_folder

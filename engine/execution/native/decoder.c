@@ -13,7 +13,7 @@ operations that does not depend on the pass width, the thread count or the other
 a token's logits are bitwise the same in a 13-token pass as in a one-token pass. Activations
 are quantized per token (quantize.c); sums are float32; the KV cache is bf16.
 
-Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__init__.py).
+Needs AVX2 and FMA (compiled with -march=native at first use; engine/execution/native/__init__.py).
 */
 #include <immintrin.h>
 #include <limits.h>
@@ -30,7 +30,7 @@ Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__in
 
 #include "native.h"
 
-/* limits the Python side checks (engine/native/__init__.py) */
+/* limits the Python side checks (engine/execution/native/__init__.py) */
 enum { MAX_THREADS = 64, MAX_GROUP = 8, MAX_HEAD_DIM = 256 };
 
 typedef struct {
