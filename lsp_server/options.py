@@ -106,11 +106,13 @@ OPTIONS: tuple[Option, ...] = (
     # A shared server speaking OpenAI's /v1/completions (vLLM, SGLang, llama-server, Ollama,
     # LM Studio, TGI), e.g. http://gpu-box:8000/v1. Set, the model runs there and `model` is the
     # served model's name (left at its default: the one model the server serves); null: run locally.
-    Option("endpoint", str, Settings.endpoint, "OpenAI-compatible server URL; null: run the model locally (docs/remote.md)",
+    Option("endpoint", str, Settings.endpoint,
+           "OpenAI-compatible server URL; null: run the model locally (docs/remote.md)",
            nullable=True, flag=True, reloads=True),
     # The served model's tokenizer (.gguf or Hugging Face folder) for its FIM prompt; null: ask
     # the server's /tokenize, else send the plain prefix.
-    Option("tokenizer", str, Settings.tokenizer, "with endpoint: the served model's tokenizer (.gguf or folder) for FIM prompts",
+    Option("tokenizer", str, Settings.tokenizer,
+           "with endpoint: the served model's tokenizer (.gguf or folder) for FIM prompts",
            nullable=True, flag=True, reloads=True),
     # The NAME of the environment variable holding the server's API key (never the key).
     Option("apiKeyEnv", str, Settings.apiKeyEnv, "with endpoint: name of the environment variable holding the API key",
@@ -124,7 +126,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("readTimeoutS", float, Settings.readTimeoutS, "with endpoint: seconds to wait for each part of an answer",
            minimum=0.1, flag=True, reloads=True),
     # Where the target runs: torch (CPU or CUDA) or ExLlamaV2 (NVIDIA GPUs); auto picks.
-    Option("backend", str, Settings.backend, "model backend: auto, torch or exllamav2", choices=BACKENDS, flag=True, reloads=True),
+    Option("backend", str, Settings.backend,
+           "model backend: auto, torch or exllamav2", choices=BACKENDS, flag=True, reloads=True),
     # torch threads; null: every core this process may use. Command line only.
     Option("threads", int, None, "torch threads (null: all cores)", minimum=1, nullable=True,
            flag=True, setting=False),
@@ -139,14 +142,17 @@ OPTIONS: tuple[Option, ...] = (
     # user pauses, so a request must wait for the line a real model writes in that time (a
     # newer keystroke cancels it anyway); a suggestion not whole by then is not shown but
     # finishes in the background for the next request there. 0: no limit.
-    Option("timeBudgetMs", float, Settings.timeBudgetMs, "ms a request waits for its suggestion after the prefill (0: no limit)",
+    Option("timeBudgetMs", float, Settings.timeBudgetMs,
+           "ms a request waits for its suggestion after the prefill (0: no limit)",
            minimum=0),
     # Wait before starting a generation; a newer keystroke cancels the wait.
-    Option("debounceMs", float, Settings.debounceMs, "ms to wait before generating; a newer keystroke cancels it", minimum=0),
+    Option("debounceMs", float, Settings.debounceMs,
+           "ms to wait before generating; a newer keystroke cancels it", minimum=0),
     # Put the repository's context in the prompt (lsp_server/repo_context.py): definitions of
     # the names near the cursor and of those the file imports, recent edits, similar chunks.
     # false: only chunks of the open documents similar to the cursor's surroundings.
-    Option("repoContext", bool, Settings.repoContext, "repository context in the prompt: definitions of the names used near "
+    Option("repoContext", bool, Settings.repoContext,
+           "repository context in the prompt: definitions of the names used near "
            "the cursor, recent edits, similar code (docs/context.md)"),
     # Offer completions at all (also toggled by the draftline.toggle command).
     Option("enabled", bool, Settings.enabled, "offer completions"),

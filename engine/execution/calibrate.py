@@ -1,7 +1,7 @@
 """Measuring, on the machine it runs on, what the target's passes cost, and choosing kernels.
 
-The result is the backend's execution plan (engine/execution/plan.py): threads and kernel per
-pass width, and the prefill kernel.
+The result is the backend's execution plan (engine/execution/plan.py): threads per pass width,
+the kernel of every pass with logits, and the prefill kernel.
 
 - Prefill kernel: the torch backend can run prefill passes in its stored format ("stored":
   the C decoder of engine/execution/native/ where it runs, else torch's kernels) or in fp32 or bf16
@@ -11,9 +11,11 @@ pass width, and the prefill kernel.
   (engine/draft_length.py). On a small CPU a one-token pass is fastest on one thread (two
   threads spend more on synchronising the small matmuls than they save), while a 9-token
   pass is fastest on all cores; so the torch backend switches its thread count per width.
-  Likewise the kernel: a one-token pass is fastest in the stored int8/int4 format (fewest
-  bytes), while torch's int8 and int4 kernels cost ~3x more at 13 tokens, where the prefill
-  kernel's resident bf16 copy may be faster.
+  The kernel of passes with logits is one for every width, the one one-token passes run
+  fastest with (usually the stored format: fewest bytes). torch's int8 and int4 kernels cost
+  ~3x more at 13 tokens, where a resident bf16 copy may be faster, but a wide pass through it
+  would round differently from plain decoding's one-token passes (engine/execution/plan.py):
+  so every width a draft may take is verified exactly, and nothing caps the width later.
 
 Measuring takes a few seconds, so the result is kept per machine, model and dtype in the
 user's cache directory; later starts only warm the pass shapes up.

@@ -5,14 +5,14 @@ families it does not compute. Int4/int8 models elsewhere only keep their weights
 Weights are stored in the model's own format: weight-only int8 or int4 (a GGUF's 4-bit blocks
 as they are), bf16 or fp32. A one-token decoding pass uses that format: it is bound by the
 bytes it reads. Wider passes are bound by arithmetic, where torch's int8 and int4 kernels
-cost ~3x more at 13 tokens than at one; a prefill pass (no logits) or a wide decoding pass may
-instead compute in fp32 or bf16, through a resident copy of the matrices in that dtype when
-it fits a memory budget (prefill without one dequantizes each matrix per pass). Which is
-fastest depends on the CPU: without AVX-512-BF16 or AMX a bf16 GEMM is ~5x slower than fp32,
-with them ~2x faster. So the engine measures the candidates at load (engine/execution/calibrate.py),
-per pass width, instead of assuming. Each kernel computes every row of a pass on its own, so
-one-token passes round alike whatever their neighbours; a wide pass in another kernel than
-the one-token passes rounds differently (see docs/bench.md on identical_to_ar).
+cost ~3x more at 13 tokens than at one; a prefill pass (no logits) may instead compute in fp32
+or bf16, through a resident copy of the matrices in that dtype when it fits a memory budget
+(else dequantizing each matrix per pass). Which is fastest depends on the CPU: without
+AVX-512-BF16 or AMX a bf16 GEMM is ~5x slower than fp32, with them ~2x faster. So the engine
+measures the candidates at load (engine/execution/calibrate.py) instead of assuming. Each
+kernel computes every row of a pass on its own, so passes of any width round alike in one
+kernel; a pass in another kernel rounds differently, so every pass with logits runs one
+(engine/execution/plan.py).
 """
 from __future__ import annotations
 

@@ -25,8 +25,9 @@ from engine.execution.backends.base import ArrayCache, Capabilities, pass_positi
 from engine.errors import EngineError
 from engine.execution.plan import STORED, ExecutionPlan
 from engine.loading.formats.gguf_blocks import BlockMatrix, BlockStack
-from engine.execution.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, available_memory, compute_dtype, fuse,
-                            int8_product, linear, prefill_candidates, to_format, weight_nbytes)
+from engine.execution.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, available_memory,
+                                      compute_dtype, fuse, int8_product, linear, prefill_candidates, to_format,
+                                      weight_nbytes)
 from engine.execution.native import decoder_for
 from engine.execution.rope import rope_tables
 from engine.loading.weights import LlamaConfig, LoadedWeights
