@@ -3,8 +3,6 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# torch's OpenMP threads spin while idle; on a 2-core machine that slows everything else down.
-export OMP_WAIT_POLICY := PASSIVE
 
 .PHONY: demo test check install editors models
 
@@ -30,12 +28,12 @@ LLAMA_WHEEL_DIR := .cache/wheels/$(CPU_KEY)$(if $(NO_AMX),,-amx)
 LLAMA_SERVER := $(VENV)/.llama-cpp-server-$(CPU_KEY)$(if $(NO_AMX),,-amx)
 
 # The native decoder compiled for this CPU at install, as installing llama.cpp compiles it, so
-# that no start pays the compile (engine/native/; kept in the user cache, keyed by CPU).
+# that no start pays the compile (engine/execution/native/; kept in the user cache, keyed by CPU).
 NATIVE := $(VENV)/.native-$(CPU_KEY)
 install: $(STAMP) $(NATIVE)
 
-$(NATIVE): $(STAMP) $(wildcard engine/native/*.c engine/native/*.h)
-	$(PY) -m engine.native
+$(NATIVE): $(STAMP) $(wildcard engine/execution/native/*.c engine/execution/native/*.h)
+	$(PY) -m engine.execution.native
 	touch $@
 
 # torch is pinned to the CPU build on purpose: an unpinned torch pulls a multi-GB CUDA build.

@@ -7,7 +7,9 @@ never loads torch.
 import os
 
 # torch's OpenMP threads spin while waiting; with 2 cores and an editor beside us that makes
-# every pass several times slower. Must be set before torch is first imported.
+# every pass several times slower. Must be set before torch is first imported: this is the one
+# place it is set, for every process that imports the engine (server, tests, scripts), and
+# for the processes they start. A value in the user's environment wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 

@@ -15,6 +15,10 @@ from engine.stats import Stats
 
 # Decoding modes: ar (plain), lookup (prompt lookup drafts), draft (a draft model), hybrid (both).
 MODES = ("ar", "lookup", "draft", "hybrid")
+DEFAULT_MODE = "lookup"  # an engine that decodes elsewhere (a remote server) ignores the mode
+# How long a remote engine waits to connect, and for each part of an answer (seconds).
+CONNECT_TIMEOUT_S: float = 3
+READ_TIMEOUT_S: float = 30
 # Weights formats (engine/models.py maps them to torch dtypes); backends that run a model.
 DTYPES = ("gguf", "int4", "int8", "bf16", "fp16", "fp32")
 BACKENDS = ("auto", "torch", "exllamav2")
@@ -117,4 +121,4 @@ class CompletionEngine(Protocol):
     def prompt_tokens(self, prompt: str | Sequence[int]) -> list: ...
 
     def complete(self, prompt: str | Sequence[int], request: Request = Request(),
-                 mode: str = "lookup") -> Completion: ...
+                 mode: str = DEFAULT_MODE) -> Completion: ...

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backends.base import Backend
+from engine.execution.backends.base import Backend
 from engine.drafters.base import Draft, Drafter
 from engine.healing import Healer
 from engine.api import Request, Sampling
@@ -35,6 +35,28 @@ class Vocabulary:
     healer: Healer
 
 
+class _Text:
+    """The text of a growing list of tokens, decoded once each: `Tokenizer.decode` renders what
+    ids add when continuing a sequence, so a text that ends on a whole character is a prefix of
+    every continuation's. Only the tokens since the last such end (the bytes of a character cut
+    between tokens) are decoded again."""
+
+    def __init__(self, decode: Callable[[Sequence[int]], str]):
+        self.decode = decode
+        self.settled = ""  # the text of the tokens before `pending`
+        self.pending: list[int] = []
+
+    def with_(self, more: Sequence[int]) -> str:
+        """The text with `more` tokens appended (not kept)."""
+        return self.settled + self.decode(self.pending + list(more)) if self.pending or more else self.settled
+
+    def append(self, token: int) -> None:
+        self.pending.append(token)
+        text = self.decode(self.pending)
+        if not text.endswith("\ufffd"):  # a character's bytes cut between tokens: not settled
+            self.settled, self.pending = self.settled + text, []
+
+
 class _Output:
     """Tokens committed so far; applies the request's stop rules token by token, in order."""
 
@@ -43,6 +65,8 @@ class _Output:
         self.stats = Stats()
         self.tokens: list[int] = []
         self.stop_reason = ""
+        self._text = _Text(vocab.decode)
+        self.cut = self._stop_at(self.text)  # where the request's stop rule cuts the text, if it does
 
     @property
     def text(self) -> str:
@@ -50,14 +74,18 @@ class _Output:
         return self._text_with(())
 
     def _text_with(self, more: Sequence[int]) -> str:
-        return self.vocab.decode(self.tokens + list(more))[len(self.owed):]
+        return self._text.with_(more)[len(self.owed):]
+
+    def _stop_at(self, text: str) -> int | None:
+        """The request's stop rule: where it cuts `text` (None: it goes on)."""
+        return None if self.request.stop is None else self.request.stop(text)
 
     def would_stop(self, more: Sequence[int]) -> bool:
         """Whether committing `more` would end the output at one of them (every stop rule only
         grows true as the text grows: an end of line, a block's end)."""
         return (any(t in self.vocab.eos_ids for t in more)
                 or len(self.tokens) + len(more) >= self.request.max_new_tokens
-                or (self.request.stop is not None and self.request.stop(self._text_with(more)) is not None))
+                or self._stop_at(self._text_with(more)) is not None)
 
     def commit(self, tokens: Sequence[int]) -> None:
         for token in tokens:
@@ -67,9 +95,11 @@ class _Output:
                 self.stop_reason = "eos"
                 return
             self.tokens.append(token)
+            self._text.append(token)
+            self.cut = self._stop_at(self.text)
             if len(self.tokens) >= self.request.max_new_tokens:
                 self.stop_reason = "max_tokens"
-            elif self.request.stop is not None and self.request.stop(self.text) is not None:
+            elif self.cut is not None:
                 self.stop_reason = "stop"
 
     def interrupted(self) -> bool:
@@ -162,9 +192,7 @@ def _finish(out: _Output, stats: Stats, start: float) -> Generation:
     stats.new_tokens = len(out.tokens)
     stats.stop_reason = out.stop_reason
     stats.total_ms = _ms_since(start)
-    text = out.text
-    cut = out.request.stop(text) if out.request.stop is not None else None
-    return Generation(out.tokens, text if cut is None else text[:cut], stats)
+    return Generation(out.tokens, out.text[:out.cut], stats)
 
 
 def verify_greedy(draft: Draft, logits: np.ndarray) -> tuple[list[int], int]:
@@ -213,7 +241,7 @@ def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int
     start = time.perf_counter()
     out, current, generator = _begin(target, prompt, request, vocab, owed)
     stats, sampling = out.stats, request.sampling
-    use_tree = target.supports_tree and sampling.greedy
+    use_tree = target.capabilities.tree and sampling.greedy
     while not out.done:
         k = min(max_depth, request.max_new_tokens - len(out.tokens))
         t = time.perf_counter()

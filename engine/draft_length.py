@@ -8,7 +8,7 @@ that maximises (1 + p_1 + ... + p_n) / (cost of an (n + 1)-token pass + drafting
 chain with per-token rate a this is Leviathan et al. 2023, eq. 1, over the pass cost).
 
 Everything machine-dependent is measured: the target's pass cost by width
-(engine/calibrate.py) and a draft model's cost per token. On this CPU a wide pass costs a few
+(engine/execution/calibrate.py) and a draft model's cost per token. On this CPU a wide pass costs a few
 one-token passes, so only likely nodes pay; where passes of every width cost about the same (a
 GPU), long chains and wide trees do. The p_i come from the drafters' raw scores (how often a
 continuation followed the matched text, a draft model's probability), calibrated per source

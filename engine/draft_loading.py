@@ -13,12 +13,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from engine.backends.base import Backend
-from engine.backends.native_llama import NativeLlama
-from engine.backends.torch_llama import TorchLlama
+from engine.execution.backends.base import Backend
+from engine.execution.backends.native_llama import NativeLlama
+from engine.execution.backends.torch_llama import TorchLlama
 from engine.drafters.feature_draft import FeatureDraft
 from engine.errors import ModelLoadError
-from engine.weights import LoadedWeights
+from engine.loading.weights import LoadedWeights
 
 EMBEDDED_DRAFT_DIR = Path(__file__).parent / "data" / "draft-smollm2"
 

@@ -5,22 +5,22 @@ import os
 import threading
 from collections.abc import Sequence
 
-from engine.backends.base import Backend
-from engine.calibrate import Calibration, keep, load_or_measure, measure_pass_costs
+from engine.execution.backends.base import Backend
+from engine.execution.calibrate import Calibration, keep, load_or_measure, measure_pass_costs
 from engine.decoding import Vocabulary, generate_autoregressive, generate_speculative
 from engine.draft_length import Acceptance, PassCosts
-from engine.execution_plan import ExecutionPlan
+from engine.execution.plan import ExecutionPlan
 from engine.drafters.base import ModelDrafter
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.hybrid import Hybrid
 from engine.drafters.lookup import HISTORY_CONTEXT, Lookup
 from engine.errors import EngineError
 from engine.healing import Healer
-from engine.catalog import DEFAULT
+from engine.loading.catalog import DEFAULT
 from engine.models import load_model, resolve, resolve_dtype
-from engine.api import MODES, Completion, Request
+from engine.api import DEFAULT_MODE, MODES, Completion, Request
 from engine.tokenization.tokenizer import Tokenizer
-from engine.user_cache import content_key, machine_key
+from engine.loading.user_cache import content_key, machine_key
 
 class Engine:
     """A target model, optional draft model, and a lookup index over documents, the workspace
@@ -63,19 +63,15 @@ class Engine:
         measured faster (the native decoder never makes one)."""
         max_threads = threads or len(os.sched_getaffinity(0))  # default: all cores this process may use
         dtype = resolve_dtype(dtype, model)
-        target, tokenizer = load_model(model, dtype, backend, max_len)
+        target, tokenizer = load_model(model, dtype, backend, max_len, copy_budget)
         target.set_threads(max_threads)
-        if hasattr(target, "copy_budget"):
-            target.copy_budget = copy_budget
         drafter = _load_drafter(draft, target, tokenizer, dtype, max_len)
         key = _calibration_key(model, target, max_threads)
         calibration = load_or_measure(target, cls.K_MAX + 1, max_threads, key)
         draft_cost = 0.0 if drafter is None else _draft_pass_cost(drafter.backend, max_threads)
-        engine = cls(target, tokenizer, drafter, _exact_width(calibration, cls.MAX_NODES + 1) - 1,
-                     pass_cost=calibration.pass_cost, draft_cost=draft_cost, learn_costs=True,
-                     timed_passes=calibration.timed_passes)
+        engine = cls(target, tokenizer, drafter, pass_cost=calibration.pass_cost, draft_cost=draft_cost,
+                     learn_costs=True, timed_passes=calibration.timed_passes)
         engine.calibration, engine.dtype, engine._calibration_key = calibration, dtype, key
-        target.prefill_estimate = calibration.prefill_tokens_per_s
         engine.healer.allowed(" ")  # build the token-text tables now, not on the first request
         return engine
 
@@ -102,7 +98,7 @@ class Engine:
         total: dict[str, int] = {}
         counted: set[int] = set()  # an embedded draft shares the target's embedding
         for backend in backends:
-            for use, size in (backend.memory(counted) if hasattr(backend, "memory") else {}).items():
+            for use, size in backend.memory(counted).items():
                 total[use] = total.get(use, 0) + size
         return total
 
@@ -118,16 +114,17 @@ class Engine:
     def describe(self) -> dict:
         """What runs here (engine/api.py): the target's backend and weights, the kernels this
         machine chose, the draft."""
+        capabilities = self.target.capabilities
         return {"kind": "local", "dtype": self.dtype, "backend": type(self.target).__name__,
-                "weight_bytes": getattr(self.target, "weight_bytes", None),
-                # the C decoder of quantized models (engine/native/), where it runs
-                "native_decoder": getattr(self.target, "native", None) is not None,
+                "device": capabilities.device, "weight_bytes": self.target.weight_bytes,
+                # the C decoder of quantized models (engine/execution/native/), where it runs
+                "native_decoder": capabilities.native,
                 "draft": type(self.draft).__name__ if self.draft else None,
                 "calibration": self.calibration.as_dict() if self.calibration else None,
                 # seconds per pass by width, as timed passes have corrected the calibration's
                 "pass_cost": [round(c, 5) for c in self.costs.cost],
-                # threads and kernel per pass width (engine/execution_plan.py), target then draft
-                "execution_plan": [b.plan.describe() if hasattr(b, "plan") else None
+                # threads and kernel per pass width (engine/execution/plan.py), target then draft
+                "execution_plan": [b.plan.describe()
                                    for b in [self.target] + ([self.draft.backend] if self.draft else [])]}
 
     def prefill_tokens_per_s(self) -> float:
@@ -187,7 +184,7 @@ class Engine:
         return (len(self.prompt_tokens(prompt)) - self.cached_tokens(prompt)) / self.prefill_tokens_per_s()
 
     def complete(self, prompt: str | Sequence[int], request: Request = Request(),
-                 mode: str = "lookup") -> Completion:
+                 mode: str = DEFAULT_MODE) -> Completion:
         """Continue `prompt` as `request` says, decoding in `mode`. Text prompts are
         token-healed unless request.heal is False, and get the BOS the model expects; token-id
         prompts are used as given."""
@@ -225,7 +222,8 @@ class Engine:
         self.target.sync([0] * tokens, threading.Event())
         self.target.truncate(0)
         if (rate := self.target.last_chunk_rate) is not None and self._calibration_key is not None:
-            self.calibration.prefill_tokens_per_s = self.target.prefill_estimate = rate
+            self.calibration.prefill_tokens_per_s = rate
+            self.target.set_prefill_estimate(rate)
             keep(self.calibration, self._calibration_key)
 
     def _keep_learned(self) -> None:
@@ -250,32 +248,21 @@ class Engine:
         return self._drafters[mode]
 
 
-def _exact_width(calibration: Calibration, widest: int) -> int:
-    """The widest verification pass (at most `widest`) that runs the one-token pass's kernel:
-    a pass through another (a bf16 copy chosen for wide passes where it measured faster)
-    rounds differently, and its argmax could then differ from plain decoding's at a near-tie."""
-    kernels = calibration.plan.kernels
-    if not kernels or len(kernels) < 2:
-        return widest
-    width = 1
-    while width < widest and kernels[min(width + 1, len(kernels) - 1)] == kernels[1]:
-        width += 1
-    return width
-
-
 def _draft_pass_cost(draft: Backend, max_threads: int) -> float:
     """Seconds per one-token pass of the draft model, on the thread count it runs fastest
     with (kept for it): its shape is not the target's, so the target's choice may not suit it."""
-    if not hasattr(draft, "plan"):
+    caps = draft.capabilities
+    if not caps.threads:
         return measure_pass_costs(draft, 1)[1]
     # C passes need no cache behind them to be timed fairly (no kernel set-up to amortize)
-    context = 0 if getattr(draft, "native", None) is not None else None
+    context = 0 if caps.native else None
     costs = {}
     for threads in sorted({1, max_threads}):
-        draft.plan = ExecutionPlan(threads=[threads])
+        draft.use_plan(ExecutionPlan(threads=[threads]), final=False)
         costs[threads] = (measure_pass_costs(draft, 1) if context is None
                           else measure_pass_costs(draft, 1, context=context))[1]
-    draft.plan = ExecutionPlan(threads=[min(costs, key=costs.get)])
+    # not final: a draft keeps every layout of its head, which `keep_head_rows` chooses rows from
+    draft.use_plan(ExecutionPlan(threads=[min(costs, key=costs.get)]), final=False)
     return min(costs.values())
 
 
@@ -309,11 +296,6 @@ def pair_draft(target: Backend, tokenizer: Tokenizer, draft: Backend, draft_toke
 
 
 def _calibration_key(model: str, target: Backend, threads: int) -> str:
-    """Measurements hold for this machine, model file, weight format, cache size and C decoder
-    build (a new kernel changes what passes cost)."""
-    kind = f"{type(target).__name__}-{getattr(target, 'dtype', '')}-{getattr(target, 'quant', None)}"
-    native = getattr(target, "native", None)
-    if native is not None:
-        kind += f"-{native.build}"
-    return f"{machine_key(threads)}-{content_key(resolve(model))}-{kind}-{target.max_len}".replace("torch.", "")
-
+    """Measurements hold for this machine, model file, backend and weight format, C decoder
+    build (a new kernel changes what passes cost) and cache size."""
+    return f"{machine_key(threads)}-{content_key(resolve(model))}-{target.cost_key()}-{target.max_len}"

@@ -1,4 +1,4 @@
-"""Which models to load (names, paths: engine/fetch.py), in which dtype, on which backend."""
+"""Which models to load (names, paths: engine/loading/fetch.py), in which dtype, on which backend."""
 from __future__ import annotations
 
 import importlib.util
@@ -6,10 +6,10 @@ import logging
 from pathlib import Path
 
 from engine.api import BACKENDS, DTYPES
-from engine.devices import cuda_available
-from engine.backends.base import Backend
+from engine.execution.devices import cuda_available
+from engine.execution.backends.base import Backend
 from engine.errors import BackendUnavailable, ModelLoadError
-from engine.fetch import model_path
+from engine.loading.fetch import model_path
 from engine.tokenization import load_tokenizer
 from engine.tokenization.tokenizer import Tokenizer
 
@@ -18,7 +18,7 @@ log = logging.getLogger("draftline")
 
 def torch_dtype(dtype: str):
     """The torch dtype a weights format computes in: int8 and int4 are weight-only quantized
-    matrices with bf16 activations (CPU; engine/kernels.py); gguf, a GGUF file's own blocks
+    matrices with bf16 activations (CPU; engine/execution/kernels.py); gguf, a GGUF file's own blocks
     where it is mapped (the native decoder), keeps its KV cache in bf16."""
     import torch
 
@@ -27,7 +27,7 @@ def torch_dtype(dtype: str):
 
 def resolve(spec: str | Path) -> Path:
     """The local file or folder of a model: a path, a known name or hf:OWNER/REPO/FILE.gguf
-    (engine/fetch.py; fetched on first use)."""
+    (engine/loading/fetch.py; fetched on first use)."""
     return model_path(str(spec))
 
 
@@ -46,12 +46,12 @@ def default_dtype(device: str = "cpu", path: Path | None = None) -> str:
 
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     if path is not None and path.suffix == ".gguf" and path.is_file():
-        from engine.formats.gguf_mapped import runs_mapped
+        from engine.loading.formats.gguf_mapped import runs_mapped
 
         try:
             if runs_mapped(path):
                 return "gguf"
-            from engine.formats.gguf import stored_in_4_bits
+            from engine.loading.formats.gguf import stored_in_4_bits
 
             return "int4" if stored_in_4_bits(path) else "int8"
         except ModelLoadError:
@@ -69,7 +69,7 @@ def resolve_dtype(dtype: str | None, model: str | Path | None = None) -> str:
 
 
 def _runs_mapped(path: Path) -> bool:
-    from engine.formats.gguf_mapped import runs_mapped
+    from engine.loading.formats.gguf_mapped import runs_mapped
 
     return path.suffix == ".gguf" and path.is_file() and runs_mapped(path)
 
@@ -79,7 +79,7 @@ def choose_backend(requested: str, path: Path) -> str:
     if requested not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {requested!r} (choose from {', '.join(BACKENDS)})")
     if requested == "exllamav2":
-        from engine.backends.exllamav2 import require_exllamav2  # does not import exllamav2
+        from engine.execution.backends.exllamav2 import require_exllamav2  # does not import exllamav2
 
         require_exllamav2()  # fail fast on a CPU machine, before any weights are read
     if requested != "auto":
@@ -90,14 +90,15 @@ def choose_backend(requested: str, path: Path) -> str:
 
 
 def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto",
-               max_len: int = 4096) -> tuple[Backend, Tokenizer]:
-    """Load a model (a path, a known name or hf:...) on the chosen backend, with its tokenizer."""
+               max_len: int = 4096, copy_budget: float = 0.25) -> tuple[Backend, Tokenizer]:
+    """Load a model (a path, a known name or hf:...) on the chosen backend, with its tokenizer.
+    copy_budget: the torch backend's (TorchLlama)."""
     path = resolve(spec)
     if not path.exists():
         raise ModelLoadError(f"model not found: {path}")
     kind = choose_backend(backend, path)
     if kind == "exllamav2":
-        from engine.backends.exllamav2 import load_exllamav2  # lazy: CUDA machines only
+        from engine.execution.backends.exllamav2 import load_exllamav2  # lazy: CUDA machines only
 
         return load_exllamav2(path, max_len=max_len)
     device = "cuda" if cuda_available() else "cpu"
@@ -107,28 +108,29 @@ def load_model(spec: str | Path, dtype: str | None = None, backend: str = "auto"
         dtype = default_dtype(device, path)
         log.info("%s: the native decoder cannot compute it in place; using %s", path.name, dtype)
     if dtype == "gguf":  # the file's own blocks, where it is mapped: nothing to convert or keep, no torch
-        from engine.backends.native_llama import NativeLlama
-        from engine.formats.gguf_mapped import map_gguf
+        from engine.execution.backends.native_llama import NativeLlama
+        from engine.loading.formats.gguf_mapped import map_gguf
 
         weights = map_gguf(path)
         model = NativeLlama(weights, max_len=max_len)
     else:
-        model = _load_torch(path, dtype, device, max_len)
+        model = _load_torch(path, dtype, device, max_len, copy_budget)
     log.info("loaded %s (%d layers, %s, %s)", path.name, model.config.n_layers, dtype, device)
     # Rows that pad the embedding past the real tokens are never chosen.
     model.limit_vocab(min(tokenizer.vocab_size, tokenizer.tokens_in_use))
     return model, tokenizer
 
 
-def _load_torch(path: Path, dtype: str, device: str, max_len: int) -> Backend:
-    from engine import weight_cache
-    from engine.backends.torch_llama import TorchLlama
-    from engine.kernels import QUANT
-    from engine.weights import load_weights
+def _load_torch(path: Path, dtype: str, device: str, max_len: int, copy_budget: float) -> Backend:
+    from engine.loading import weight_cache
+    from engine.execution.backends.torch_llama import TorchLlama
+    from engine.execution.kernels import QUANT
+    from engine.loading.formats.load import load_weights
 
     quant = dtype if dtype in QUANT else None
     weights = weight_cache.load(path, dtype)
     if weights is None:  # first start with this file: convert, and keep the result
         weights = weight_cache.convert(load_weights(path, four_bit=quant == "int4"), torch_dtype(dtype), quant)
         weight_cache.save(weights, path, dtype)
-    return TorchLlama(weights, torch_dtype(dtype), max_len=max_len, device=device, quant=quant)
+    return TorchLlama(weights, torch_dtype(dtype), max_len=max_len, device=device, quant=quant,
+                      copy_budget=copy_budget)

@@ -35,7 +35,7 @@ def _complete_parser(sub) -> None:
 
 
 def _fetch_parser(sub) -> None:
-    from engine.catalog import DEFAULT, KNOWN
+    from engine.loading.catalog import DEFAULT, KNOWN
 
     p = sub.add_parser("fetch", help="fetch models by name now and measure their passes here (both are "
                                      "otherwise done on first use)",
@@ -47,7 +47,7 @@ def _fetch_parser(sub) -> None:
 
 def run_fetch(args: argparse.Namespace) -> int:
     from engine.errors import EngineError
-    from engine.fetch import model_path
+    from engine.loading.fetch import model_path
     from lsp_server.engines import open_engine
 
     for name in args.names:
@@ -55,7 +55,7 @@ def run_fetch(args: argparse.Namespace) -> int:
             sys.stdout.write(f"{model_path(name)}\n")  # where it is: the command's output
         except EngineError as exc:
             raise SystemExit(f"lsp_server: {exc}") from None
-        try:  # loading measures the pass costs and keeps them (engine/calibrate.py), then the prefill rate
+        try:  # loading measures the pass costs and keeps them (engine/execution/calibrate.py), then the prefill rate
             open_engine({**model_settings(args), "model": name, "draft": None, "endpoint": None}).measure_prefill()
         except EngineError as exc:
             logging.getLogger("draftline").warning("%s: fetched, but it does not run here: %s", name, exc)

@@ -14,12 +14,39 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from engine.api import BACKENDS, DTYPES, MODES
-from engine.catalog import DEFAULT, KNOWN
+from engine.api import BACKENDS, CONNECT_TIMEOUT_S, DEFAULT_MODE, DTYPES, MODES, READ_TIMEOUT_S
+from engine.loading.catalog import DEFAULT, KNOWN
 
 log = logging.getLogger(__name__)
 
 MULTILINE = ("auto", "always", "never")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The server's settings, each with its default: what every client setting of OPTIONS below
+    describes (a test keeps the two in step)."""
+    model: str = DEFAULT
+    draft: str | None = None
+    dtype: str | None = None
+    endpoint: str | None = None
+    tokenizer: str | None = None
+    apiKeyEnv: str | None = None
+    allowInsecure: bool = False
+    connectTimeoutS: float = CONNECT_TIMEOUT_S
+    readTimeoutS: float = READ_TIMEOUT_S
+    backend: str = "auto"
+    mode: str = DEFAULT_MODE
+    maxTokens: int = 64
+    multiline: str = "auto"
+    timeBudgetMs: float = 2500
+    debounceMs: float = 0
+    repoContext: bool = True
+    enabled: bool = True
+
+    def model_key(self) -> tuple:
+        """The settings whose change loads another model (Option.reloads)."""
+        return tuple(getattr(self, k) for k in MODEL_KEYS)
 
 
 @dataclass(frozen=True)
@@ -60,84 +87,79 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    # The target model: a known name (engine/catalog.py; fetched once into the user cache),
+    # The target model: a known name (engine/loading/catalog.py; fetched once into the user cache),
     # a .gguf file, a Hugging Face folder (config.json + *.safetensors) or hf:OWNER/REPO/FILE.gguf.
-    Option("model", str, DEFAULT, f"target model: {', '.join(KNOWN)}, a .gguf file, a Hugging Face folder "
+    Option("model", str, Settings.model, f"target model: {', '.join(KNOWN)}, a .gguf file, a Hugging Face folder "
            "or hf:OWNER/REPO/FILE.gguf", flag=True, reloads=True),
     # A draft model sharing the target's tokenizer: a known name, a path or hf:..., or
     # "embedded" (the shipped one-layer draft on smollm2-135m's features); null for none.
-    Option("draft", str, None, "draft model sharing the target's tokenizer: a name, a path, or embedded "
+    Option("draft", str, Settings.draft, "draft model sharing the target's tokenizer: a name, a path, or embedded "
            "(the one-layer draft of smollm2-135m)",
            nullable=True, flag=True, reloads=True),
     # Weights format; null picks the fastest measured for the device: on a CPU gguf (a GGUF
-    # file's own blocks where it is mapped, engine/native/) where the native decoder runs the
+    # file's own blocks where it is mapped, engine/execution/native/) where the native decoder runs the
     # file, else int4 for a GGUF stored in 4 bits, else int8; bf16 or fp16 on a GPU. fp32 is
     # the exact mode the tests use.
-    Option("dtype", str, None, "weights: gguf, int4, int8, bf16, fp16, fp32 (null: on a CPU gguf where the "
+    Option("dtype", str, Settings.dtype, "weights: gguf, int4, int8, bf16, fp16, fp32 (null: on a CPU gguf where the "
            "native decoder runs the file, else int4 for a 4-bit GGUF, else int8; bf16/fp16 on a GPU)",
            choices=(None, *sorted(DTYPES)), nullable=True, flag=True, reloads=True),
     # A shared server speaking OpenAI's /v1/completions (vLLM, SGLang, llama-server, Ollama,
     # LM Studio, TGI), e.g. http://gpu-box:8000/v1. Set, the model runs there and `model` is the
     # served model's name (left at its default: the one model the server serves); null: run locally.
-    Option("endpoint", str, None, "OpenAI-compatible server URL; null: run the model locally (docs/remote.md)",
+    Option("endpoint", str, Settings.endpoint,
+           "OpenAI-compatible server URL; null: run the model locally (docs/remote.md)",
            nullable=True, flag=True, reloads=True),
     # The served model's tokenizer (.gguf or Hugging Face folder) for its FIM prompt; null: ask
     # the server's /tokenize, else send the plain prefix.
-    Option("tokenizer", str, None, "with endpoint: the served model's tokenizer (.gguf or folder) for FIM prompts",
+    Option("tokenizer", str, Settings.tokenizer,
+           "with endpoint: the served model's tokenizer (.gguf or folder) for FIM prompts",
            nullable=True, flag=True, reloads=True),
     # The NAME of the environment variable holding the server's API key (never the key).
-    Option("apiKeyEnv", str, None, "with endpoint: name of the environment variable holding the API key",
+    Option("apiKeyEnv", str, Settings.apiKeyEnv, "with endpoint: name of the environment variable holding the API key",
            nullable=True, flag=True, reloads=True),
     # Without it, an API key is never sent over plain http to a host other than this machine.
-    Option("allowInsecure", bool, False, "with endpoint: allow sending the API key over plain http",
+    Option("allowInsecure", bool, Settings.allowInsecure, "with endpoint: allow sending the API key over plain http",
            flag=True, reloads=True),
     # Seconds to connect to the endpoint, and to wait for each piece of its answer.
-    Option("connectTimeoutS", float, 3, "with endpoint: seconds to connect", minimum=0.1,
+    Option("connectTimeoutS", float, Settings.connectTimeoutS, "with endpoint: seconds to connect", minimum=0.1,
            flag=True, reloads=True),
-    Option("readTimeoutS", float, 30, "with endpoint: seconds to wait for each part of an answer",
+    Option("readTimeoutS", float, Settings.readTimeoutS, "with endpoint: seconds to wait for each part of an answer",
            minimum=0.1, flag=True, reloads=True),
     # Where the target runs: torch (CPU or CUDA) or ExLlamaV2 (NVIDIA GPUs); auto picks.
-    Option("backend", str, "auto", "model backend: auto, torch or exllamav2", choices=BACKENDS, flag=True, reloads=True),
+    Option("backend", str, Settings.backend,
+           "model backend: auto, torch or exllamav2", choices=BACKENDS, flag=True, reloads=True),
     # torch threads; null: every core this process may use. Command line only.
     Option("threads", int, None, "torch threads (null: all cores)", minimum=1, nullable=True,
            flag=True, setting=False),
     # Decoding: ar (plain), lookup (prompt lookup drafts), draft (draft model), hybrid (both).
     # lookup was fastest in the benchmark with the default weights.
-    Option("mode", str, "lookup", "decoding mode: ar, lookup, draft or hybrid", choices=MODES),
+    Option("mode", str, Settings.mode, "decoding mode: ar, lookup, draft or hybrid", choices=MODES),
     # Most new tokens per suggestion.
-    Option("maxTokens", int, 64, "most new tokens per suggestion", minimum=1, maximum=1024),
+    Option("maxTokens", int, Settings.maxTokens, "most new tokens per suggestion", minimum=1, maximum=1024),
     # auto: several lines only at the end of a line that opens a block (":" or "{").
-    Option("multiline", str, "auto", "multi-line suggestions: auto, always or never", choices=MULTILINE),
+    Option("multiline", str, Settings.multiline, "multi-line suggestions: auto, always or never", choices=MULTILINE),
     # How long a request waits once its prompt is prefilled. Editors do not ask again when the
     # user pauses, so a request must wait for the line a real model writes in that time (a
     # newer keystroke cancels it anyway); a suggestion not whole by then is not shown but
     # finishes in the background for the next request there. 0: no limit.
-    Option("timeBudgetMs", float, 2500, "ms a request waits for its suggestion after the prefill (0: no limit)",
+    Option("timeBudgetMs", float, Settings.timeBudgetMs,
+           "ms a request waits for its suggestion after the prefill (0: no limit)",
            minimum=0),
     # Wait before starting a generation; a newer keystroke cancels the wait.
-    Option("debounceMs", float, 0, "ms to wait before generating; a newer keystroke cancels it", minimum=0),
+    Option("debounceMs", float, Settings.debounceMs,
+           "ms to wait before generating; a newer keystroke cancels it", minimum=0),
     # Put the repository's context in the prompt (lsp_server/repo_context.py): definitions of
     # the names near the cursor and of those the file imports, recent edits, similar chunks.
     # false: only chunks of the open documents similar to the cursor's surroundings.
-    Option("repoContext", bool, True, "repository context in the prompt: definitions of the names used near "
+    Option("repoContext", bool, Settings.repoContext,
+           "repository context in the prompt: definitions of the names used near "
            "the cursor, recent edits, similar code (docs/context.md)"),
     # Offer completions at all (also toggled by the draftline.toggle command).
-    Option("enabled", bool, True, "offer completions"),
+    Option("enabled", bool, Settings.enabled, "offer completions"),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 SETTINGS = tuple(o for o in OPTIONS if o.setting)
 MODEL_KEYS = tuple(o.name for o in OPTIONS if o.reloads)
-
-
-def _settings_class() -> type:
-    fields = [(o.name, object, dataclasses.field(default=o.default)) for o in SETTINGS]
-    cls = dataclasses.make_dataclass("Settings", fields, frozen=True)
-    cls.__doc__ = "The server's settings (lsp_server/options.py): " + ", ".join(o.name for o in SETTINGS)
-    cls.model_key = lambda self: tuple(getattr(self, k) for k in MODEL_KEYS)
-    return cls
-
-
-Settings = _settings_class()
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:

@@ -64,7 +64,7 @@ class DraftlineServer(LanguageServer):
             "state": self.state, "message": message,
             "lastLatencyMs": self.metrics.last_latency_ms,
             "acceptanceRate": self.metrics.acceptance_rate,
-            # The kernels chosen on this machine (engine/calibrate.py).
+            # The kernels chosen on this machine (engine/execution/calibrate.py).
             "prefillKernel": cal and cal["plan"]["prefill"],
             "prefillTokensPerS": cal and round(cal["prefill_tokens_per_s"])})
 

@@ -2,7 +2,7 @@
 // (4-bit levels, a 6-bit integer scale per 32 columns, int8 activations) of a 1536 x 1536 matrix
 // for N = 1..16 tokens on one core, in exact int32 sums: AMX (one TDPBUSD per 32-column
 // sub-block and 16 rows, its int32 tile scaled and added in zmm registers) against AVX-512 VNNI
-// (maddubs + vpdpwssd with the scale, the arithmetic of engine/native/narrow_k.c). It checks
+// (maddubs + vpdpwssd with the scale, the arithmetic of engine/execution/native/narrow_k.c). It checks
 // that both give the same integers, then times them. Needs a CPU and kernel with AMX:
 //   gcc -O3 -march=native -o /tmp/amx_probe scripts/amx_probe.c && /tmp/amx_probe
 // GCC's tile intrinsics do not tell the compiler they read or write memory: without the

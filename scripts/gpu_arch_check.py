@@ -41,8 +41,8 @@ def prepare(root: Path) -> None:
 def check(root: Path) -> bool:
     from safetensors.torch import load_file
 
-    from engine.backends.torch_llama import TorchLlama
-    from engine.weights import load_weights
+    from engine.execution.backends.torch_llama import TorchLlama
+    from engine.loading.formats.load import load_weights
 
     ok = True
     for name in CASES:

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import engine  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch is imported)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -32,8 +31,8 @@ from safetensors.torch import save_file  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.api import Request  # noqa: E402
 from engine.tokenization import load_tokenizer  # noqa: E402
-from engine.backends.base import Backend  # noqa: E402
-from engine.fetch import model_path
+from engine.execution.backends.base import Backend  # noqa: E402
+from engine.loading.fetch import model_path
 from engine.models import load_model  # noqa: E402
 from engine.tokenization.tokenizer import Tokenizer  # noqa: E402
 
@@ -64,7 +63,7 @@ def make_random_llama(folder: Path, tokenizer_json: Path, seed: int = 0) -> Path
     Scales are chosen so that logits spread widely (std about 4): near-ties in argmax would make
     exact-match checks flaky under fp16 rounding. Norm weights are not all ones, to catch a norm
     that is skipped; 2 heads over 1 KV head exercise grouped-query attention."""
-    vocab = Tokenizer.from_folder(tokenizer_json.parent).vocab_size
+    vocab = load_tokenizer(tokenizer_json.parent).vocab_size
     hidden, inter, layers, heads, kv_heads = 256, 768, 4, 2, 1
     head_dim = hidden // heads
     g = torch.Generator().manual_seed(seed)

@@ -41,7 +41,7 @@ def main() -> int:
         env = os.environ | {"REPLAY_FILE": str(args.file.resolve()), "REPLAY_COPY": str(Path(tmp) / args.file.name),
                             "REPLAY_FIRST": str(args.first), "REPLAY_LINES": str(args.lines),
                             "REPLAY_WAIT_MS": str(args.wait_ms), "REPLAY_KEY_MS": str(args.key_ms),
-                            "REPLAY_MODEL": args.model, "REPLAY_OUT": str(out), "OMP_WAIT_POLICY": "PASSIVE",
+                            "REPLAY_MODEL": args.model, "REPLAY_OUT": str(out),
                             "REPLAY_SETTINGS": json.dumps(dict(args.setting))}
         proc = subprocess.run([str(nvim), "--headless", "-u", "NONE", "-i", "NONE", "-c",
                                f"luafile {ROOT / 'scripts' / 'pause_replay.lua'}"], env=env, cwd=ROOT,

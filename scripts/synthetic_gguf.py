@@ -93,8 +93,8 @@ def _rss_mb() -> float:
 
 
 def load(path: Path, dtype: str) -> None:
-    from engine.backends.native_llama import NativeLlama
-    from engine.formats.gguf_mapped import map_gguf
+    from engine.execution.backends.native_llama import NativeLlama
+    from engine.loading.formats.gguf_mapped import map_gguf
 
     base = _rss_mb()
     start = time.perf_counter()
@@ -103,10 +103,10 @@ def load(path: Path, dtype: str) -> None:
         header = time.perf_counter() - start
         model = NativeLlama(weights, max_len=512)
     else:
-        from engine.backends.torch_llama import TorchLlama
-        from engine.kernels import QUANT
+        from engine.execution.backends.torch_llama import TorchLlama
+        from engine.execution.kernels import QUANT
         from engine.models import torch_dtype
-        from engine.weights import load_weights
+        from engine.loading.formats.load import load_weights
 
         weights = load_weights(path, four_bit=dtype == "int4")
         header = time.perf_counter() - start
@@ -114,8 +114,7 @@ def load(path: Path, dtype: str) -> None:
     model.set_threads(2)
     loaded = time.perf_counter() - start
     logits = model.forward([1, 2, 3])
-    if hasattr(model, "release_plain_layouts"):  # as calibration does once it keeps the stored format
-        model.release_plain_layouts()
+    model.use_plan(model.plan)  # the stored format everywhere, as calibration leaves it where nothing is faster
     passes = {}
     for width in (1, 13):  # decoding passes (best of 3), as a completion runs them
         times = []
@@ -133,7 +132,7 @@ def load(path: Path, dtype: str) -> None:
         f"{final_mb:.0f} MB; RSS before loading {base:.0f} MB, after {_rss_mb():.0f} MB, peak {peak_mb:.0f} MB "
         f"(limit 1.3 x final + 300 MB + start = {1.3 * final_mb + 300 + base:.0f} MB); "
         f"logits {tuple(logits.shape)}; a 1-token pass {passes[1]:.0f} ms, 13 tokens {passes[13]:.0f} ms "
-        f"({'native decoder' if model.native is not None else 'torch kernels'})\n")
+        f"({'native decoder' if model.capabilities.native else 'torch kernels'})\n")
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.tokenization import load_tokenizer  # noqa: E402
-from engine.fetch import model_path  # noqa: E402
+from engine.loading.fetch import model_path  # noqa: E402
 
 
 def llama_cpp_ids(binary: Path, vocab: Path, text_file: Path) -> list[int] | None:

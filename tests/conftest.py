@@ -6,12 +6,12 @@ fp32 engine belongs to the integration tier (pyproject.toml's markers): loading 
 seconds, and its passes seconds more per test."""
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# Converted weights and measurements (engine/user_cache.py) go to the checkout's own cache,
+# Converted weights and measurements (engine/loading/user_cache.py) go to the checkout's own cache,
 # not the user's; the servers the tests start inherit this.
 os.environ.setdefault("DRAFTLINE_CACHE_DIR",
                       os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "user"))
 
+import engine  # noqa: E402,F401  (OMP_WAIT_POLICY, before any test imports torch)
 import pytest  # noqa: E402
 
 from tests.models import SMALL  # noqa: E402

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.fetch import model_path
+from engine.loading.fetch import model_path
 from tests.models import SMALL
 
 HAVE_LLAMA_SERVER = all(importlib.util.find_spec(m) is not None
@@ -59,10 +58,9 @@ class LlamaServer:
                "--n_ctx", "4096", "--n_threads", "2", "--verbose", "true"]
         if self.api_key:
             cmd += ["--api_key", self.api_key]
-        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
         out = open(self.logs / f"llama-{self.port}-{self.runs}.out", "w")
         err = open(self.logs / f"llama-{self.port}-{self.runs}.err", "w")
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=err)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

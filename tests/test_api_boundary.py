@@ -17,7 +17,7 @@ import json, sys
 from lsp_server.cli import main
 code = main(sys.argv[1:])
 heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers') or m in
-               ('engine.engine', 'engine.models', 'engine.backends.torch_llama', 'engine.native'))
+               ('engine.engine', 'engine.models', 'engine.execution.backends.torch_llama', 'engine.execution.native'))
 print(json.dumps({'code': code, 'heavy': heavy}))
 """
 
@@ -52,11 +52,11 @@ def test_the_local_engine_is_imported_only_when_used():
 def test_a_model_the_native_decoder_runs_is_served_without_torch():
     """A GGUF the C decoder computes where it is mapped runs on the native backend: numpy and
     ctypes only, so a start does not pay torch's import (1.2-1.5 s on two cores)."""
-    from engine import native
+    from engine.execution import native
     from tests.models import SMALL
 
     if native.load_library() is None:
         pytest.skip("no native decoder on this machine")
     done = _probe("--model", SMALL, "complete", "examples/shapes.py", "--line", "24", "--col", "8",
                   "--max-new-tokens", "4")
-    assert done == {"code": 0, "heavy": ["engine.engine", "engine.models", "engine.native"]}
+    assert done == {"code": 0, "heavy": ["engine.engine", "engine.execution.native", "engine.models"]}

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from engine import native
-from engine.architectures import FAMILIES
-from engine.backends.torch_llama import TorchLlama
-from engine.backends.native_llama import NativeLlama
-from engine.formats.gguf_mapped import map_gguf, runs_mapped
+from engine.execution import native
+from engine.loading.architectures import FAMILIES
+from engine.execution.backends.torch_llama import TorchLlama
+from engine.execution.backends.native_llama import NativeLlama
+from engine.loading.formats.gguf_mapped import map_gguf, runs_mapped
 from engine.tokenization import load_tokenizer
-from engine.weights import load_weights
+from engine.loading.formats.load import load_weights
 from tests import hf_tiny
 from tests.q4k import quantize_q4_k, requantize_q4_k
 from tests.refusals import refused
@@ -88,7 +88,7 @@ def reference(folder: Path, gguf_file: Path | None = None, **config_changes):
 
 
 def _names(family: str, n_layers: int) -> dict[str, tuple[str, str]]:
-    from engine.architectures import expand
+    from engine.loading.architectures import expand
 
     hf, gg = (expand(FAMILIES[family].names(fmt), n_layers) for fmt in ("hf", "gguf"))
     return {c: (hf[c], gg[c]) for c in hf}
@@ -226,10 +226,10 @@ def test_wrong_shape_is_caught_from_the_header(zoo, tmp_path):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_int4_computes_the_files_q4_k_weights(zoo, family):
-    """--dtype int4 reads the Q4_K blocks as they are (engine/formats/gguf_int4.py) and
+    """--dtype int4 reads the Q4_K blocks as they are (engine/loading/formats/gguf_int4.py) and
     computes with bf16 activations: the same model as transformers on the dequantized
     weights, to bf16's precision."""
-    from engine.kernels import Int4Weight
+    from engine.execution.kernels import Int4Weight
 
     file = zoo / f"{family}-q4_k.gguf"
     model = TorchLlama(load_weights(file, four_bit=True), max_len=128, quant="int4")

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.backends.exllamav2 import INSTALL_HINT, unavailable_reason
+from engine.execution.backends.exllamav2 import INSTALL_HINT, unavailable_reason
 from engine.errors import BackendUnavailable
-from engine.fetch import model_path
+from engine.loading.fetch import model_path
 from engine.models import choose_backend
 from tests.models import SMALL
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="these tests describe a machine without CUDA")
 

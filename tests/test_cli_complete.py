@@ -14,12 +14,11 @@ pytestmark = pytest.mark.integration  # the command in its own process, loading 
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "shapes.py"
-ENV = os.environ | {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lsp_server.cli", "complete", *args],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def test_raw_json_output_matches_the_engine(fp32_engine):

@@ -14,13 +14,14 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from engine import calibrate, weight_cache
-from engine.backends.native_llama import NativeLlama
-from engine.backends.torch_llama import TorchLlama
-from engine.formats.gguf_mapped import map_gguf
-from engine.execution_plan import STORED
-from engine.kernels import Int8Weight
-from engine.user_cache import content_key, write_atomically
+from engine.execution import calibrate
+from engine.loading import weight_cache
+from engine.execution.backends.native_llama import NativeLlama
+from engine.execution.backends.torch_llama import TorchLlama
+from engine.loading.formats.gguf_mapped import map_gguf
+from engine.execution.plan import STORED, ExecutionPlan
+from engine.execution.kernels import Int8Weight
+from engine.loading.user_cache import content_key, write_atomically
 from lsp_server.options import Settings
 from lsp_server.suggester import COLD_PREFILL_S, Suggester
 from lsp_server.context import Cursor
@@ -34,19 +35,20 @@ def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DRAFTLINE_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def int8_model() -> TorchLlama:
+def int8_model(copy_budget: float = 0.25) -> TorchLlama:
     """An int8 model run by the torch kernels (as where the native decoder cannot run): the
     kernels whose prefill and copies calibration chooses."""
     model = TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16,
-                       max_len=256, quant="int8")
+                       max_len=256, quant="int8", copy_budget=copy_budget)
     model.native = None
     return model
 
 
-def next_logits(model: TorchLlama, kernel: str, prompt: list[int], copy: bool = True) -> np.ndarray:
+def next_logits(model: TorchLlama, kernel: str, prompt: list[int]) -> np.ndarray:
     model.truncate(0)
-    copied = model.use_prefill_kernel(kernel, allow_copy=copy)
-    assert copied == (copy and kernel == "bf16")  # an fp32 copy is over the memory budget
+    model.use_plan(ExecutionPlan(prefill=kernel), final=False)
+    # an fp32 copy is over the memory budget, and no copy fits a budget of 0
+    assert model.copy_kernel == ("bf16" if kernel == "bf16" and model.copy_budget else None)
     model.forward(prompt[:-1], logits=False)
     return model.forward(prompt[-1:])[0]
 
@@ -54,20 +56,21 @@ def next_logits(model: TorchLlama, kernel: str, prompt: list[int], copy: bool = 
 def test_every_prefill_kernel_computes_the_same_model():
     """The kernels differ in rounding only: the cache each leaves behind gives the next token's
     logits of the same int8 model (the fp32 kernel is the most precise reference)."""
-    model, prompt = int8_model(), [(7 * i) % 64 for i in range(40)]
-    reference = next_logits(model, "fp32", prompt, copy=False)
-    for kernel, copy in [(STORED, False), ("bf16", True), ("bf16", False), ("fp32", False)]:
-        logits = next_logits(model, kernel, prompt, copy)
+    model, no_copies, prompt = int8_model(), int8_model(copy_budget=0.0), [(7 * i) % 64 for i in range(40)]
+    reference = next_logits(no_copies, "fp32", prompt)
+    for kernel, m in [(STORED, no_copies), ("bf16", model), ("bf16", no_copies), ("fp32", model)]:
+        logits = next_logits(m, kernel, prompt)
         assert np.allclose(logits, reference, atol=0.05 * float(np.abs(reference).max()))
-    # Passes that return logits (decoding, verification) use the stored format whatever the
-    # prefill kernel, so they round alike and speculative output equals plain decoding.
+    # Passes that return logits (decoding, verification) use the plan's decoding kernel
+    # whatever the prefill kernel, so they round alike and speculative output equals plain
+    # decoding.
     model.truncate(0)
-    model.use_prefill_kernel(STORED)
+    model.use_plan(ExecutionPlan())
     model.forward(prompt[:-1], logits=False)
     by_kernel = []
     for kernel in (STORED, "fp32", "bf16"):
         model.truncate(len(prompt) - 1)
-        model.use_prefill_kernel(kernel)
+        model.use_plan(ExecutionPlan(prefill=kernel), final=False)
         by_kernel.append(model.forward(prompt[-1:])[0])
     assert all(np.array_equal(logits, by_kernel[0]) for logits in by_kernel)
 
@@ -82,30 +85,38 @@ def test_the_fastest_measured_kernel_is_chosen(monkeypatch):
     assert len(cal.pass_cost) == 5 and cal.prefill_tokens_per_s > 0
 
 
-def test_wide_decoding_passes_use_the_copy_where_it_measured_faster(monkeypatch):
+def test_every_pass_with_logits_runs_the_kernel_one_token_passes_run_fastest_with(monkeypatch):
     """torch's int8 kernel costs ~3x more at 13 tokens than at one; the resident bf16 copy
-    does not. Each width gets the kernel measured fastest for it (the copy by a margin), and
-    a wide pass through the copy computes the same logits up to rounding."""
+    does not. But a wide pass through the copy would round differently from plain decoding's
+    one-token passes, so calibration gives every width the one-token pass's kernel: every
+    width a tree may take is verified exactly. Where the copy is faster (by the margin) at one
+    token, it serves every width."""
     model, prompt = int8_model(), [(5 * i) % 64 for i in range(30)]
-    model.forward(prompt, logits=False)
-    want = model.forward(prompt[-4:])
     monkeypatch.setattr(model, "time_prefill", lambda width: {STORED: 2, "fp32": 3, "bf16": 1}[model.plan.prefill])
+    copy_cost = {"slow": lambda w: 2.5 + w / 4, "fast": lambda w: 0.5 + w / 4}
 
-    def costs(backend, max_width, repeats=3):  # native: 1 + w; the copy: 2.5 + w / 4
-        native = backend.plan.kernel_for(1) == STORED
-        return [0.0] + [(1 + w if native else 2.5 + w / 4) for w in range(1, max_width + 1)]
+    for one_token_copy in ("slow", "fast"):
+        def costs(backend, max_width, repeats=3):  # stored: 1 + w
+            stored = backend.plan.decode == STORED
+            return [0.0] + [(1 + w if stored else copy_cost[one_token_copy](w)) for w in range(1, max_width + 1)]
 
-    monkeypatch.setattr(calibrate, "measure_pass_costs", costs)
-    cal = calibrate.measure(model, max_width=4, max_threads=1)
-    # at 3 tokens the copy is 1.23x faster: not the 1.25x (COPY_MARGIN) worth its other rounding
-    assert cal.copy_kernel == "bf16" and cal.plan.kernels == [STORED, STORED, STORED, STORED, "bf16"]
-    assert cal.pass_cost[1:] == [2, 3, 4, 3.5] and model.plan == cal.plan
-    assert [run["kernel"] for run in cal.plan.describe()] == [STORED, "bf16", "bf16"]  # what stats show
-    model.truncate(0)  # measuring used the cache
-    model.forward(prompt, logits=False)
-    got = model.forward(prompt[-4:])  # 4 tokens: through the copy
-    assert not np.array_equal(got, want)
-    assert np.allclose(got, want, atol=0.05 * float(np.abs(want).max()))
+        monkeypatch.setattr(calibrate, "measure_pass_costs", costs)
+        cal = calibrate.measure(model, max_width=4, max_threads=1)
+        assert model.plan == cal.plan and cal.plan.prefill == "bf16"
+        if one_token_copy == "slow":
+            assert cal.plan.decode == STORED and cal.pass_cost[1:] == [2, 3, 4, 5]
+            assert [run["kernel"] for run in cal.plan.describe()] == [STORED, "bf16"]  # what stats show
+        else:
+            assert cal.plan.decode == "bf16" and cal.pass_cost[1:] == [0.75, 1.0, 1.25, 1.5]
+        assert model.copy_kernel == "bf16"  # prefill reads it either way
+    # with the stored format, a wide pass's logits are those of one-token passes (the copy's
+    # are not: tests/test_exactness.py checks whole outputs)
+    model.use_plan(dataclasses.replace(cal.plan, decode=STORED))
+    model.truncate(0)
+    model.forward(prompt[:-4], logits=False)
+    one_by_one = [model.forward([t])[0] for t in prompt[-4:]]
+    model.truncate(len(prompt) - 4)
+    assert np.array_equal(model.forward(prompt[-4:]), np.stack(one_by_one))
 
 
 def test_an_int4_model_prefilling_natively_keeps_only_the_packed_layout(monkeypatch):
@@ -135,14 +146,14 @@ def test_a_natively_run_model_is_calibrated_in_a_few_passes_without_copies(monke
     widths = []
     forward = model.forward
     monkeypatch.setattr(model, "forward", lambda tokens, **kw: widths.append(len(tokens)) or forward(tokens, **kw))
-    use = model.use_prefill_kernel
-    monkeypatch.setattr(model, "use_prefill_kernel",
-                        lambda kernel, **kw: use(kernel) if kernel == STORED else pytest.fail(f"{kernel} was tried"))
+    use = model.use_plan
+    monkeypatch.setattr(model, "use_plan",
+                        lambda plan, **kw: use(plan, **kw) if plan.copy() is None else pytest.fail(f"{plan} was tried"))
     cal = calibrate.measure(model, max_width=6, max_threads=2)
     # the untimed pass, then 1, 2, 4 and 6 tokens on 2 threads and (short passes) on 1
     assert sorted(widths) == [1, 1, 1, 2, 2, 4, 4, 6, 6]
     assert len(cal.pass_cost) == 7 and all(c > 0 for c in cal.pass_cost[1:])
-    assert all(cal.plan.kernel_for(w) == STORED for w in range(1, 7)) and cal.copy_kernel is None
+    assert cal.plan.decode == cal.plan.prefill == STORED and model.copy_kernel is None
     assert model.plan == cal.plan and set(cal.plan.threads) <= {1, 2}
     assert cal.prefill_tokens_per_s == pytest.approx(6 / cal.pass_cost[6])
 
@@ -268,7 +279,7 @@ def test_a_corrupt_weight_cache_is_ignored(tmp_path):
 
 def test_two_processes_writing_one_entry_leave_a_whole_file(tmp_path):
     target = tmp_path / "entry.bin"
-    writer = ("import sys; from pathlib import Path; from engine.user_cache import write_atomically;"
+    writer = ("import sys; from pathlib import Path; from engine.loading.user_cache import write_atomically;"
               "byte = sys.argv[1].encode();"
               "write_atomically(Path(sys.argv[2]), lambda p: p.write_bytes(byte * (64 << 20)))")
     procs = [subprocess.Popen([sys.executable, "-c", writer, b, str(target)]) for b in "ab"]
@@ -353,7 +364,7 @@ def test_a_prefill_is_cancelled_within_about_half_a_second_at_the_estimated_rate
     """A background prefill of a large model on a small CPU (40 tokens/s) runs in 16-token
     chunks, not 256 (6 s), so a new request waits for at most one short chunk; chunks are whole
     16-token groups (AMX tiles), sized by the measured rate once there is one."""
-    from engine.backends.base import PREFILL_CHUNK, prefill_chunk_for
+    from engine.execution.backends.base import PREFILL_CHUNK, prefill_chunk_for
 
     assert prefill_chunk_for(40.0) == 16 and prefill_chunk_for(5.0) == 16 and prefill_chunk_for(110.0) == 48
     assert prefill_chunk_for(1e6) == PREFILL_CHUNK
@@ -381,7 +392,7 @@ def test_the_prefill_rate_is_learned_from_real_prefills():
     """Calibration only estimates the prefill rate (from narrow passes); once the engine has
     prefilled a few chunks, their measured rate is what prompt trimming uses."""
     model = int8_model()
-    model.prefill_estimate = 32.0  # 16-token chunks to start
+    model.set_prefill_estimate(32.0)  # 16-token chunks to start
     assert model.prefill_rate() is None and model.prefill_chunk == 16
     cancel = threading.Event()  # chunks are short where a request may cancel
     model.sync([(7 * i) % 64 for i in range(40)], cancel)  # 16 tokens, then the rest (24) in one chunk
@@ -395,10 +406,10 @@ def test_prefill_chunks_grow_to_about_half_a_second_and_no_further(monkeypatch):
     """A wide pass prefills faster than a narrow one (its fixed costs are shared), so chunks
     are sized by the last chunk's rate: from calibration's low estimate they grow to about
     CANCEL_WAIT_S, in whole 16-token groups, and a chunk never takes longer than that."""
-    from engine.backends import base
+    from engine.execution.backends import base
 
     model = int8_model()
-    model.prefill_estimate = 40.0
+    model.set_prefill_estimate(40.0)
     clock, passes = [0.0], []
 
     def forward(tokens, parents=None, logits=True):  # 0.1 s a pass, 5 ms a token

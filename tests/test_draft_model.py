@@ -12,12 +12,12 @@ from engine.engine import Engine
 from engine.api import Request
 from engine.draft_loading import EMBEDDED_DRAFT_DIR, load_embedded_draft
 from engine.errors import ModelLoadError
-from engine.fetch import model_path
+from engine.loading.fetch import model_path
 from engine.api import Sampling
 from engine.training.data import is_held_out, stdlib_files, stdlib_root
 from engine.training.feature_net import FeatureDraftNet
 from engine.training.measure import agreement
-from engine.weights import load_weights
+from engine.loading.formats.load import load_weights
 from tests.models import SMALL
 
 # Measured on this file: 49.3% (fp32, first 384 tokens); 43.0% over 12 held-out files in bf16

@@ -3,7 +3,6 @@ real vscode-languageclient starts the real `lsp_server --stdio` behind a stand-i
 (VS Code itself cannot be downloaded here)."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,8 +17,7 @@ SERVER = REPO / ".venv" / "bin" / "lsp_server"
 
 
 def _run(*cmd: str, timeout: int) -> None:
-    env = os.environ | {"OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.run(cmd, cwd=EXTENSION, env=env, capture_output=True, text=True,
+    proc = subprocess.run(cmd, cwd=EXTENSION, capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
 

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from engine import catalog, fetch
-from engine.catalog import KnownModel, Piece
+from engine.loading import catalog, fetch
+from engine.loading.catalog import KnownModel, Piece
 from engine.errors import ModelLoadError
 from tests.models import SMALL
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = os.environ | {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 class Files:
@@ -156,7 +155,7 @@ def test_the_catalog_pins_every_piece():
 def _complete(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lsp_server.cli", "complete", "examples/shapes.py",
                            "--line", "24", "--col", "8", "--max-new-tokens", "8", *args],
-                          cwd=ROOT, env=env or ENV, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("model, message", [
@@ -177,7 +176,7 @@ def test_a_model_from_the_hub_is_fetched_through_huggingface_hub(tmp_path):
     gguf = fetch.model_path(SMALL).read_bytes()
     path = "/someone/small-model/resolve/main/model.Q4_1.gguf"
     hub = Files({path: gguf}, {path: {"X-Repo-Commit": "0" * 40, "ETag": f'"{hashlib.sha256(gguf).hexdigest()}"'}})
-    env = ENV | {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
+    env = os.environ | {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
     try:
         out = _complete("--model", "hf:someone/small-model/model.Q4_1.gguf", "--dtype", "fp32", env=env)
         assert out.returncode == 0, out.stderr

@@ -7,14 +7,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.calibrate import Calibration
-from engine.execution_plan import STORED, ExecutionPlan
 from engine.draft_length import Acceptance, PassCosts
 from engine.drafters.base import Draft, NodeInfo
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.hybrid import Hybrid
 from engine.drafters.lookup import Lookup
-from engine.engine import _exact_width
 from engine.api import Sampling
 from tests.tiny_models import random_llama
 
@@ -109,14 +106,6 @@ def test_a_draft_models_chains_and_siblings_follow_the_costs():
         chains[name] = model.propose([1, 2, 3, 4], 12, Sampling(), np.random.default_rng())
     assert len(chains["gpu"]) > len(chains["cpu"])
     assert not chains["gpu"].is_chain  # unsure levels get the next tokens as leaves
-
-
-def test_trees_stay_within_the_widths_that_round_like_plain_decoding():
-    """Where calibration chose a bf16 copy for wide passes (faster there), a wider tree would be
-    verified with other rounding: the engine keeps trees narrower than that."""
-    mixed = Calibration(pass_cost=[], prefill_tokens_per_s=1.0, plan=ExecutionPlan(kernels=[STORED] * 13 + ["bf16"] * 13))
-    assert _exact_width(mixed, 33) == 12
-    assert _exact_width(Calibration(pass_cost=[], prefill_tokens_per_s=1.0, plan=ExecutionPlan(kernels=[STORED] * 26)), 33) == 33
 
 
 class SlowModel(ScriptedModel):

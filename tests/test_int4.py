@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from engine.engine import Engine
-from engine.formats.gguf_header import TensorInfo
-from engine.formats.gguf_int4 import Q4_0, Q4_1, Q4_K, read_int4
-from engine.kernels import Int4Weight, linear
+from engine.loading.formats.gguf_header import TensorInfo
+from engine.loading.formats.gguf_int4 import Q4_0, Q4_1, Q4_K, read_int4
+from engine.execution.kernels import Int4Weight, linear
 from tests.code_samples import stdlib_text
 from tests.test_model_sanity import bits_per_byte
 

@@ -1,7 +1,7 @@
 """The int8 kernels' arithmetic, checked against float32 on the same weights."""
 import torch
 
-from engine.kernels import Int8Weight, int8_product
+from engine.execution.kernels import Int8Weight, int8_product
 
 
 def test_the_int8_head_product_keeps_bf16_precision_and_each_row_alone():

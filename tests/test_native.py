@@ -1,4 +1,4 @@
-"""The native decoder (engine/native/): passes computed in C on matrices in their stored formats.
+"""The native decoder (engine/execution/native/): passes computed in C on matrices in their stored formats.
 
 Checked against independent routes: gguf-py's dequantizers for each GGUF format (one product
 at a time, with the error bound of the activations' quantization), and the same weights
@@ -20,17 +20,19 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
-from engine import native, weight_cache
-from engine.backends.native_llama import NativeLlama
-from engine.backends.torch_llama import TorchLlama
-from engine.formats.gguf_blocks import BlockMatrix
-from engine.formats.gguf_mapped import map_gguf
-from engine.kernels import QUANTIZED
-from engine.fetch import model_path
+from engine.execution import native
+from engine.loading import weight_cache
+from engine.execution.backends.native_llama import NativeLlama
+from engine.execution.backends.torch_llama import TorchLlama
+from engine.loading.formats.gguf_blocks import BlockMatrix
+from engine.loading.formats.gguf_mapped import map_gguf
+from engine.execution.kernels import QUANTIZED
+from engine.loading.fetch import model_path
 from engine.models import load_model
-from engine.native import NativeDecoder
+from engine.execution.native import NativeDecoder
 from engine.tokenization import load_tokenizer
-from engine.weights import LoadedWeights, load_weights
+from engine.loading.formats.load import load_weights
+from engine.loading.weights import LoadedWeights
 from tests import gguf_files
 from tests.code_samples import stdlib_text
 from tests.models import SMALL

@@ -1,5 +1,6 @@
 """One table of options (lsp_server/options.py): the CLI, Settings, docs and the VS Code
 extension's contribution agree with it, and command-line flags are not lost."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,9 +13,11 @@ ROOT = Path(__file__).parent.parent
 JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
-def test_settings_have_every_setting_with_the_table_default():
+def test_settings_have_every_setting_with_the_table_default_and_type():
     assert {name: getattr(Settings(), name) for name in Settings.__dataclass_fields__} == {
         o.name: o.default for o in SETTINGS}
+    types = {f.name: f.type for f in dataclasses.fields(Settings)}  # annotations, as written
+    assert types == {o.name: o.kind.__name__ + (" | None" if o.nullable else "") for o in SETTINGS}
 
 
 def test_the_readme_shows_the_table():

@@ -25,7 +25,6 @@ from tests.test_editor_nvim import _binary
 pytestmark = pytest.mark.real_model  # the Qwen2.5-Coder models (`make models`)
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = os.environ | {"OMP_WAIT_POLICY": "PASSIVE"}
 PERIMETER = "return 4 * self.side"
 
 
@@ -46,7 +45,7 @@ def test_complete_writes_the_right_formula_with_the_default_model():
     """No --model: the default. The answer is the perimeter of a square, known independently."""
     out = subprocess.run([sys.executable, "-m", "lsp_server.cli", "complete", "examples/shapes.py",
                           "--line", "24", "--col", "8", "--threads", "2"],
-                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == PERIMETER
 
@@ -68,6 +67,6 @@ def test_neovim_shows_the_default_models_suggestion(tmp_path):
     result = tmp_path / "ghost.txt"
     proc = subprocess.run(
         [str(nvim), "--headless", "-u", "NONE", "-i", "NONE", "-c", f"luafile {ROOT / 'tests/editors/nvim_real_model_test.lua'}"],
-        cwd=ROOT, env=ENV | {"DRAFTLINE_RESULT": str(result)}, capture_output=True, text=True, timeout=600)
+        cwd=ROOT, env=os.environ | {"DRAFTLINE_RESULT": str(result)}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert result.read_text().strip() == PERIMETER

@@ -29,7 +29,7 @@ KEY, WRONG_KEY = "sk-draftline-test-0123456789", "sk-wrong-9876543210"
 # The language server's stderr (its log) goes to a file, to check that no key is ever in it.
 SERVER_LOG = os.path.join(tempfile.gettempdir(), f"draftline-remote-test-{os.getpid()}.log")
 SERVER = ["/bin/sh", "-c", f'exec "{sys.executable}" -m lsp_server.cli --stdio --threads 2 2>"{SERVER_LOG}"']
-ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", **{KEY_VAR: KEY, WRONG_KEY_VAR: WRONG_KEY})
+ENV = dict(os.environ, **{KEY_VAR: KEY, WRONG_KEY_VAR: WRONG_KEY})
 AUTO = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)
 # No time budget: the text must not depend on this CPU's speed.
 OPTIONS = {"model": SERVED_NAME, "timeBudgetMs": 0, "maxTokens": 32, "readTimeoutS": 60}

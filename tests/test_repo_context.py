@@ -13,7 +13,7 @@ import pytest
 from pygls.uris import to_fs_path
 from tokenizers import Tokenizer as HFTokenizer
 
-from engine.fetch import model_path
+from engine.loading.fetch import model_path
 from engine.tokenization import load_tokenizer
 from engine.tokenization.tokenizer import Tokenizer
 from lsp_server.context import Block, Cursor, build_prompt

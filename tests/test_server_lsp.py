@@ -1,7 +1,6 @@
 """End to end over stdio with pytest-lsp: one real `lsp_server --stdio` process (fp32
 embedded model) for the whole module."""
 import asyncio
-import os
 import sys
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from tests.models import SMALL
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 SERVER = [sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "2", "--model", SMALL]
-ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
 # fp32 for exact greedy output; no time budget so the text does not depend on speed.
 OPTIONS = {"dtype": "fp32", "timeBudgetMs": 0, "maxTokens": 48}
 FIB = "def fibonacci(n):\n    if n <= 1:\n        return n\n    return "
@@ -27,7 +25,7 @@ INVOKED = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTrigg
 AUTO = types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER, server_env=ENV),
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER),
                     scope="module")
 async def client(lsp_client: LanguageClient):
     statuses = lsp_client.statuses = []
@@ -239,7 +237,7 @@ async def test_cli_complete_prints_what_the_editor_gets(client: LanguageClient):
     cli = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "lsp_server.cli", "complete", str(sample), "--line", str(line),
         "--col", str(col), "--dtype", "fp32", "--max-new-tokens", str(OPTIONS["maxTokens"]),
-        "--threads", "2", "--model", SMALL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV)
+        "--threads", "2", "--model", SMALL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     stdout, stderr = await cli.communicate()
     assert cli.returncode == 0, stderr
     line_before = text.split("\n")[line][:col]

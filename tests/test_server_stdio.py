@@ -2,7 +2,6 @@
 message; unparsable params get an error response; requests before the model is ready get
 an empty answer at once; shutdown/exit end the process cleanly."""
 import json
-import os
 import subprocess
 import sys
 
@@ -10,7 +9,6 @@ import pytest
 
 pytestmark = pytest.mark.integration  # the server over stdio, as an editor starts it
 
-ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
 URI = "file:///tmp/draftline-raw/a.py"
 
 
@@ -62,7 +60,7 @@ def test_stdout_is_pure_protocol_and_bad_params_get_errors():
     ]
     proc = subprocess.run([sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "1", "--model", "smollm2-135m"],
                           input=b"".join(frame(m) for m in messages), capture_output=True,
-                          env=ENV, timeout=180)
+                          timeout=180)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     replies = {m["id"]: m for m in parse_stream(proc.stdout) if "id" in m}
     assert replies[1]["result"]["capabilities"]["inlineCompletionProvider"] is not None

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from engine.backends.exllamav2 import keep_torch_threads
+from engine.execution.backends.exllamav2 import keep_torch_threads
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def _run(script: str) -> subprocess.CompletedProcess:

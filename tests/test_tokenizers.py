@@ -16,7 +16,7 @@ from engine.api import Request
 from engine.tokenization import load_tokenizer
 from engine.healing import Healer
 from engine.models import load_model
-from engine.formats.gguf_header import read_header
+from engine.loading.formats.gguf_header import read_header
 from engine.tokenization.tokenizer import FimTokens
 from lsp_server.context import Cursor, build_prompt
 from tests import refusals
@@ -233,3 +233,21 @@ def test_hf_bos_from_a_post_processor_sequence(tmp_path):
                                       special_tokens=[("<|begin_of_text|>", 0)])])
     tok = load_tokenizer(write_hf_folder(tmp_path / "m", hf, {"eos_token_id": 5}))
     assert (tok.bos_id, tok.add_bos, tok.eos_ids) == (0, True, {5})
+
+
+@needs_vocabs
+@pytest.mark.parametrize("name", ["llama-spm", "llama-bpe", "qwen2", "deepseek-coder"])
+def test_output_text_decoded_token_by_token_is_the_whole_decode(name):
+    """Decoding keeps the output's text by decoding each token once (engine/decoding.py _Text):
+    at every length, and with any tokens appended, it is what decoding all the ids gives, also
+    where a character's bytes are cut between tokens (byte fallback, byte-level pieces)."""
+    from engine.decoding import _Text
+
+    tok = tokenizer(name)
+    ids = tok.encode("def naïve(x):\n\treturn f'{x}€ — 世界 🎉 λ≠∞'  # déjà vu\n")
+    text = _Text(tok.decode)
+    for i, token in enumerate(ids):
+        text.append(token)
+        assert text.with_(()) == tok.decode(ids[:i + 1])
+        assert text.with_(ids[i + 1:]) == tok.decode(ids)
+    assert any(tok.decode([t]).endswith("\ufffd") for t in ids)  # some character is cut between tokens

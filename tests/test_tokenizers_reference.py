@@ -11,7 +11,7 @@ import pytest
 
 from engine.errors import ModelLoadError
 from engine.tokenization import load_tokenizer
-from engine.formats.gguf_header import read_header
+from engine.loading.formats.gguf_header import read_header
 from tests.llama_vocab import VOCABS, needs_vocabs, reference, tokenizer, vocab_path, write_vocab
 
 pytestmark = pytest.mark.integration  # llama.cpp's reference tokenizations (`make test` unpacks them)

@@ -5,10 +5,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from engine.backends.torch_llama import TorchLlama
+from engine.execution.backends.torch_llama import TorchLlama
 from engine.errors import ModelLoadError
-from engine.architectures import FAMILIES
-from engine.weights import LoadedWeights, load_weights
+from engine.loading.architectures import FAMILIES
+from engine.loading.formats.load import load_weights
+from engine.loading.weights import LoadedWeights
 from tests.tiny_models import random_weights
 
 

@@ -1,9 +1,9 @@
 """Seeded random Llama models with a tiny vocabulary, for tests that need many fast passes."""
 import torch
 
-from engine.backends.torch_llama import TorchLlama
+from engine.execution.backends.torch_llama import TorchLlama
 from engine.drafters.feature_draft import FeatureDraft
-from engine.weights import LlamaConfig, LoadedWeights
+from engine.loading.weights import LlamaConfig, LoadedWeights
 
 
 def random_weights(seed: int, vocab: int = 8, hidden: int = 32, layers: int = 2, scale: float = 0.4) -> LoadedWeights:

@@ -7,7 +7,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from engine.backends.base import Backend
+from engine.execution.backends.base import Backend
 from engine.api import Sampling
 from engine.draft_length import PassCosts
 

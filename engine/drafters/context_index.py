@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.backends.base import common_prefix
+from engine.execution.backends.base import common_prefix
 from engine.drafters.suffix_automaton import ROOT, SuffixAutomaton
 
 _REBUILD_STATES_PER_TOKEN = 4.0

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from engine.api import Sampling
-from engine.backends.base import Backend, common_prefix
+from engine.execution.backends.base import Backend, common_prefix
 from engine.draft_length import PassCosts
 from engine.drafters.base import Draft
 from engine.drafters.model_tree import ModelTree

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.api import Sampling
-from engine.backends.base import PREFILL_CHUNK, Backend, common_prefix
-from engine.backends.torch_llama import TorchLlama
+from engine.execution.backends.base import PREFILL_CHUNK, Backend, common_prefix
+from engine.execution.backends.torch_llama import TorchLlama
 from engine.draft_length import PassCosts
 from engine.drafters.base import Draft
 from engine.drafters.model_tree import ModelTree

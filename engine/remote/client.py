@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from engine.api import CONNECT_TIMEOUT_S, READ_TIMEOUT_S
 from engine.errors import EngineError
 
 RETRIES = 2  # extra attempts after a connection error
@@ -51,12 +52,12 @@ class Endpoint:
     """Where the server is and how to talk to it. `base` ends in /v1."""
     base: str
     api_key: str | None = None
-    connect_timeout_s: float = 3.0
-    read_timeout_s: float = 30.0
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
+    read_timeout_s: float = READ_TIMEOUT_S
 
     @classmethod
     def parse(cls, url: str, api_key_env: str | None = None, allow_insecure: bool = False,
-              connect_timeout_s: float = 3.0, read_timeout_s: float = 30.0) -> Endpoint:
+              connect_timeout_s: float = CONNECT_TIMEOUT_S, read_timeout_s: float = READ_TIMEOUT_S) -> Endpoint:
         """Check the URL and the key's environment variable; the key itself is read here and
         appears in no message."""
         parts = urlsplit(url.strip())
@@ -290,60 +291,69 @@ def stream_completion(endpoint: Endpoint, body: dict, cancel: threading.Event | 
         done.set()
         raise
     try:
-        if "text/event-stream" not in (resp.getheader("Content-Type") or ""):
-            # A server that ignores `stream` answers one JSON object.
-            try:
-                raw = resp.read()
-            except (OSError, http.client.HTTPException, AttributeError) as exc:
-                if conn.closed:
-                    return
-                raise RemoteError(f"{url}: the answer broke off ({_reason(exc)})") from None
-            try:
-                data = json.loads(raw)
-            except ValueError:
-                raise RemoteError(f"{url}: expected a stream of events or JSON, got "
-                                  f"{' '.join(raw[:120].decode('utf-8', 'replace').split())!r}") from None
-            yield _chunk(url, data)
-            return
-        events = 0
-        while True:
-            try:
-                line = resp.readline()
-            except TimeoutError:  # socket.timeout; never let it pass as the server's budget timeout
-                raise RemoteError(f"{url}: no data for {endpoint.read_timeout_s:g} s mid-stream "
-                                  "(readTimeoutS)") from None
-            except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
-                # AttributeError: http.client reading a response whose connection another
-                # thread (the cancel watcher) has just closed.
-                if conn.closed:
-                    return  # cancelled: we closed it
-                raise RemoteError(f"{url}: the stream broke off ({_reason(exc)})") from None
-            if not line:
-                if conn.closed:
-                    return
-                raise RemoteError(f"{url}: the stream ended without [DONE] (server stopped?)")
-            line = line.strip()
-            if not line:
-                continue
-            events += 1
-            if events > max_events:
-                raise RemoteError(f"{url}: the stream did not end after {max_events} events "
-                                  "(the server ignores max_tokens?); closed it")
-            if not line.startswith(b"data:"):
-                continue  # comments (": ping"), event names, ids
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                return
-            try:
-                data = json.loads(payload)
-            except ValueError:
-                raise RemoteError(f"{url}: malformed event in the stream: "
-                                  f"{payload[:120].decode('utf-8', 'replace')!r}") from None
-            if isinstance(data, dict) and "error" in data and "choices" not in data:
-                err = data["error"]
-                raise RemoteError(f"{url}: the server reported an error mid-stream: "
-                                  f"{(err.get('message') if isinstance(err, dict) else err)!s:.200}")
-            yield _chunk(url, data)
+        if "text/event-stream" in (resp.getheader("Content-Type") or ""):
+            yield from _events(url, endpoint, conn, resp, max_events)
+        else:  # a server that ignores `stream` answers one JSON object
+            yield from _whole_answer(url, conn, resp)
     finally:
         done.set()
         conn.close()
+
+
+def _whole_answer(url: str, conn, resp) -> Iterator[Chunk]:
+    """The one chunk of an answer that is a single JSON object (none if we closed it)."""
+    try:
+        raw = resp.read()
+    except (OSError, http.client.HTTPException, AttributeError) as exc:
+        if conn.closed:
+            return
+        raise RemoteError(f"{url}: the answer broke off ({_reason(exc)})") from None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise RemoteError(f"{url}: expected a stream of events or JSON, got "
+                          f"{' '.join(raw[:120].decode('utf-8', 'replace').split())!r}") from None
+    yield _chunk(url, data)
+
+
+def _events(url: str, endpoint: Endpoint, conn, resp, max_events: int) -> Iterator[Chunk]:
+    """The chunks of a stream of server-sent events, up to [DONE] (or until we close it)."""
+    events = 0
+    while True:
+        try:
+            line = resp.readline()
+        except TimeoutError:  # socket.timeout; never let it pass as the server's budget timeout
+            raise RemoteError(f"{url}: no data for {endpoint.read_timeout_s:g} s mid-stream "
+                              "(readTimeoutS)") from None
+        except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
+            # AttributeError: http.client reading a response whose connection another
+            # thread (the cancel watcher) has just closed.
+            if conn.closed:
+                return  # cancelled: we closed it
+            raise RemoteError(f"{url}: the stream broke off ({_reason(exc)})") from None
+        if not line:
+            if conn.closed:
+                return
+            raise RemoteError(f"{url}: the stream ended without [DONE] (server stopped?)")
+        line = line.strip()
+        if not line:
+            continue
+        events += 1
+        if events > max_events:
+            raise RemoteError(f"{url}: the stream did not end after {max_events} events "
+                              "(the server ignores max_tokens?); closed it")
+        if not line.startswith(b"data:"):
+            continue  # comments (": ping"), event names, ids
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            return
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            raise RemoteError(f"{url}: malformed event in the stream: "
+                              f"{payload[:120].decode('utf-8', 'replace')!r}") from None
+        if isinstance(data, dict) and "error" in data and "choices" not in data:
+            err = data["error"]
+            raise RemoteError(f"{url}: the server reported an error mid-stream: "
+                              f"{(err.get('message') if isinstance(err, dict) else err)!s:.200}")
+        yield _chunk(url, data)

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.remote.client import Cancelled, Endpoint, RemoteError, get_json, stream_completion
-from engine.api import Completion, Request
-from engine.catalog import DEFAULT
+from engine.api import CONNECT_TIMEOUT_S, DEFAULT_MODE, READ_TIMEOUT_S, Completion, Request
+from engine.loading.catalog import DEFAULT
 from engine.stats import Stats
 from engine.tokenization.special_names import BY_KEY
 from engine.tokenization.tokenizer import FimTokens, Tokenizer
@@ -93,7 +93,7 @@ class RemoteEngine:
     @classmethod
     def load(cls, endpoint: str, model: str = ANY_MODEL, tokenizer: str | None = None,
              api_key_env: str | None = None, allow_insecure: bool = False,
-             connect_timeout_s: float = 3.0, read_timeout_s: float = 30.0) -> RemoteEngine:
+             connect_timeout_s: float = CONNECT_TIMEOUT_S, read_timeout_s: float = READ_TIMEOUT_S) -> RemoteEngine:
         """Check the settings (errors here are final until they change) and try the server once;
         an unreachable server is not a load error: `problem` says why, and every request tries
         again, so the editor recovers when the server comes back."""
@@ -235,7 +235,8 @@ class RemoteEngine:
                 run.append(i)
         return "".join(out) + tok.decode(run)
 
-    def complete(self, prompt: str | Sequence, request: Request = Request(), mode: str = "ar") -> Completion:
+    def complete(self, prompt: str | Sequence, request: Request = Request(),
+                 mode: str = DEFAULT_MODE) -> Completion:
         """Stream the server's continuation of `prompt`, cut by `request.stop` and closed the
         moment `request.cancel` is set. `mode` is the server's business (its own decoding)."""
         started = time.perf_counter()

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from engine.errors import ModelLoadError
 from engine.tokenization import gguf_bpe, gguf_spm
-from engine.formats.gguf_header import read_header
+from engine.loading.formats.gguf_header import read_header
 from engine.tokenization.special_names import BY_KEY, END_OF_GENERATION
 from engine.tokenization.tokenizer import FimTokens, Tokenizer
 

@@ -100,10 +100,3 @@ class Tokenizer:
     def save(self, path: Path) -> None:
         """Write a Hugging Face `tokenizer.json` (e.g. to build a model folder for another backend)."""
         self._hf.save(str(path))
-
-    @classmethod
-    def from_folder(cls, folder: Path) -> Tokenizer:
-        """A model folder's tokenizer (the ExLlamaV2 backend's entry point; see load_tokenizer)."""
-        from engine.tokenization.hf import load_folder  # imports this module
-
-        return load_folder(folder)

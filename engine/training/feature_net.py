@@ -3,7 +3,7 @@
 At position j the draft sees the target's final normed hidden state f_j and the embedding of
 the token that followed, e_{j+1}; one Llama layer turns fc([e_{j+1}; f_j]) into a prediction of
 f_{j+1}, and the target's head (restricted to `head_rows`) turns that into next-token logits.
-Same arithmetic as engine.backends.torch_llama, batched and differentiable; the embedding and
+Same arithmetic as engine.execution.backends.torch_llama, batched and differentiable; the embedding and
 head are frozen target tensors, only fc, the layer and the final norm are trained and shipped.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.backends.torch_llama import _rotate_half, rms_norm
-from engine.weights import LlamaConfig
+from engine.execution.backends.torch_llama import _rotate_half, rms_norm
+from engine.loading.weights import LlamaConfig
 
 LAYER_TENSORS = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down")
 

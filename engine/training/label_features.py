@@ -1,6 +1,6 @@
 """Label training text with the target's features, once, for the feature-conditioned draft.
 
-    OMP_WAIT_POLICY=PASSIVE python -m engine.training.label_features --work /tmp/feat-work
+    python -m engine.training.label_features --work /tmp/feat-work
 
 For each 512-token chunk of the corpus (engine/training/data.py) the target (bf16) computes its
 final normed hidden state at every position: the draft is trained to predict the next one, and
@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from engine.backends.torch_llama import TorchLlama
-from engine.fetch import model_path
+from engine.execution.backends.torch_llama import TorchLlama
+from engine.loading.fetch import model_path
 from engine.tokenization import load_tokenizer
 from engine.training.data import corpus, log, shuffled_chunks
-from engine.weights import load_weights
+from engine.loading.formats.load import load_weights
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

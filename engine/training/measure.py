@@ -1,6 +1,6 @@
 """Measure the embedded draft model against the target on held-out standard-library code.
 
-    OMP_WAIT_POLICY=PASSIVE python -m engine.training.measure --threads 2
+    python -m engine.training.measure --threads 2
 
 Prints (stdout, this is a CLI) teacher-forced greedy agreement, the cost of one draft token
 against one target pass, and median wall time of ar / draft / hybrid on fresh held-out prompts.
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import torch
 
 from engine.engine import Engine
-from engine.api import Request
-from engine.backends.base import Backend
+from engine.api import MODES, Request
+from engine.execution.backends.base import Backend
 from engine.engine import Completion
 from engine.training.data import stdlib_files
 
@@ -82,7 +82,7 @@ def main() -> None:
     d_ms = one_token_ms(engine.draft.backend, context, 20)
     print(f"one-token pass at 256 context: target {t_ms:.1f} ms, draft {d_ms:.1f} ms "
           f"({d_ms / t_ms:.1%})")
-    modes = ["ar", "lookup", "draft", "hybrid"]
+    modes = list(MODES)
     ms: dict[str, list[float]] = {m: [] for m in modes}
     acc: dict[str, list[int]] = {m: [0, 0, 0, 0] for m in modes}  # accepted, drafted, tokens, passes
     same: dict[str, int] = {m: 0 for m in modes}

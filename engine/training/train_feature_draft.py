@@ -1,6 +1,6 @@
 """Train the feature-conditioned draft on features labelled by engine/training/label_features.py.
 
-    OMP_WAIT_POLICY=PASSIVE python -m engine.training.train_feature_draft \
+    python -m engine.training.train_feature_draft \
         --work /tmp/feat-work --out engine/data/draft-smollm2
 
 Loss per position: KL(target || draft) over the draft's vocabulary (the target's distribution is
@@ -22,12 +22,12 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from engine.fetch import model_path
+from engine.loading.fetch import model_path
 from engine.tokenization import load_tokenizer
 from engine.training.checkpoint import load_checkpoint, save_checkpoint
 from engine.training.data import corpus, frequent_tokens, log
 from engine.training.feature_net import FeatureDraftNet
-from engine.weights import load_weights
+from engine.loading.formats.load import load_weights
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import threading
 import time
@@ -23,8 +22,7 @@ def setting(text: str) -> tuple[str, object]:
 
 class Client:
     def __init__(self, cmd: list[str]):
-        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.replies: dict[int, tuple[float, dict]] = {}
         self.status: dict = {}  # the server's last draftline/status notification
         self.cond = threading.Condition()

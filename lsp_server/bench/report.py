@@ -149,7 +149,7 @@ def format_table(report: dict) -> str:
 
 
 def _plan_lines(model: dict) -> list[str]:
-    """How the target's passes ran (engine/execution_plan.py): kernel and threads per width."""
+    """How the target's passes ran (engine/execution/plan.py): kernel and threads per width."""
     plan = (model.get("execution_plan") or [None])[0]
     if not plan:
         return []

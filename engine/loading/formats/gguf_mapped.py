@@ -1,9 +1,9 @@
 """A GGUF file where the native decoder runs it: its header's hyper-parameters, and its
-matrices in their own blocks where the file is mapped (engine/formats/gguf_blocks.py): nothing
+matrices in their own blocks where the file is mapped (engine/loading/formats/gguf_blocks.py): nothing
 is converted, and the weights' memory is the file's pages, shared with the page cache.
 
 numpy only: a model the native decoder runs starts without importing torch (1.2-1.5 s of a
-start). The torch kernels read a GGUF through engine/formats/gguf.py.
+start). The torch kernels read a GGUF through engine/loading/formats/gguf.py.
 """
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.architectures import FAMILIES, GGUF_ARCHITECTURES
+from engine.loading.architectures import FAMILIES, GGUF_ARCHITECTURES
 from engine.errors import ModelLoadError
-from engine.formats.gguf_blocks import NATIVE_TYPES, BlockMatrix
-from engine.formats.gguf_header import Header, TensorInfo, read_header
-from engine.rope import RopeScaling
-from engine.weights import LlamaConfig, LoadedWeights, plan_tensors
+from engine.loading.formats.gguf_blocks import NATIVE_TYPES, BlockMatrix
+from engine.loading.formats.gguf_header import Header, TensorInfo, read_header
+from engine.execution.rope import RopeScaling
+from engine.loading.weights import LlamaConfig, LoadedWeights, plan_tensors
 
 ROPE_FREQS = "rope_freqs.weight"  # llama3 rope scaling: per-frequency divisors
 _FLOATS = {0: np.float32, 1: np.float16}  # ggml F32, F16 (BF16 below)
@@ -86,7 +86,7 @@ def map_gguf(path: Path) -> LoadedWeights:
 def runs_mapped(path: Path) -> bool:
     """Whether the native decoder computes this file where it is mapped: a family and shapes
     it computes, every matrix in a type it reads, and a decoder built for this machine."""
-    from engine import native
+    from engine.execution import native
 
     try:
         header = read_header(path)

@@ -60,7 +60,7 @@ def machine_key(threads: int) -> str:
     torch build, and the thread count."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from engine.devices import gpu_name
+    from engine.execution.devices import gpu_name
 
     cpu = platform.processor()
     try:

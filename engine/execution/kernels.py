@@ -1,18 +1,18 @@
 """How the torch backend multiplies by its weight matrices, where the native decoder
-(engine/native/, C) does not run the model: on CPUs without AVX2, without a C compiler, or for
+(engine/execution/native/, C) does not run the model: on CPUs without AVX2, without a C compiler, or for
 families it does not compute. Int4/int8 models elsewhere only keep their weights here.
 
 Weights are stored in the model's own format: weight-only int8 or int4 (a GGUF's 4-bit blocks
 as they are), bf16 or fp32. A one-token decoding pass uses that format: it is bound by the
 bytes it reads. Wider passes are bound by arithmetic, where torch's int8 and int4 kernels
-cost ~3x more at 13 tokens than at one; a prefill pass (no logits) or a wide decoding pass may
-instead compute in fp32 or bf16, through a resident copy of the matrices in that dtype when
-it fits a memory budget (prefill without one dequantizes each matrix per pass). Which is
-fastest depends on the CPU: without AVX-512-BF16 or AMX a bf16 GEMM is ~5x slower than fp32,
-with them ~2x faster. So the engine measures the candidates at load (engine/calibrate.py),
-per pass width, instead of assuming. Each kernel computes every row of a pass on its own, so
-one-token passes round alike whatever their neighbours; a wide pass in another kernel than
-the one-token passes rounds differently (see docs/bench.md on identical_to_ar).
+cost ~3x more at 13 tokens than at one; a prefill pass (no logits) may instead compute in fp32
+or bf16, through a resident copy of the matrices in that dtype when it fits a memory budget
+(else dequantizing each matrix per pass). Which is fastest depends on the CPU: without
+AVX-512-BF16 or AMX a bf16 GEMM is ~5x slower than fp32, with them ~2x faster. So the engine
+measures the candidates at load (engine/execution/calibrate.py) instead of assuming. Each
+kernel computes every row of a pass on its own, so passes of any width round alike in one
+kernel; a pass in another kernel rounds differently, so every pass with logits runs one
+(engine/execution/plan.py).
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from engine.execution_plan import STORED
-from engine.formats.gguf_blocks import BlockMatrix, BlockStack
+from engine.execution.plan import STORED
+from engine.loading.formats.gguf_blocks import BlockMatrix, BlockStack
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Int8Weight:
     makes it nearly twice as fast on a CPU (multi-token passes gain less)."""
     q: torch.Tensor  # int8 [out, in]
     scale: torch.Tensor  # bf16 [out]
-    format: ClassVar[str] = "int8"  # what the native decoder reads it as (engine/native/)
+    format: ClassVar[str] = "int8"  # what the native decoder reads it as (engine/execution/native/)
 
     @classmethod
     def quantize(cls, w: torch.Tensor) -> Int8Weight:
@@ -164,7 +164,7 @@ Weight = torch.Tensor | Int8Weight | Int4Weight | BlockMatrix | BlockStack
 QUANTIZED = (Int8Weight, Int4Weight, BlockMatrix, BlockStack)
 
 # The quantized formats: weight-only int8 and int4 (activations bf16), and a GGUF's own blocks
-# where the file is mapped (engine/formats/gguf_blocks.py; the native decoder computes them).
+# where the file is mapped (engine/loading/formats/gguf_blocks.py; the native decoder computes them).
 QUANT = ("int8", "int4", "gguf")
 
 
@@ -194,7 +194,7 @@ def fuse(parts: list[Weight]) -> Weight:
     return kind.cat(parts) if kind in QUANTIZED else torch.cat(parts)
 
 
-# A prefill kernel (engine/execution_plan.py): STORED multiplies by the stored weights; "fp32"
+# A prefill kernel (engine/execution/plan.py): STORED multiplies by the stored weights; "fp32"
 # and "bf16" compute in that dtype (a resident copy, or one dequantized for each pass).
 PREFILL_KERNELS = (STORED, "fp32", "bf16")
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -1,4 +1,5 @@
-/* What decoder.c, matmul.c and unpack.c share: matrix formats, activations, their product. */
+/* What every source of the decoder shares (decoder.c and quantize.c directly, the products
+   through formats.h): matrix formats, activations, their product. */
 #ifndef DRAFTLINE_NATIVE_H
 #define DRAFTLINE_NATIVE_H
 
@@ -6,7 +7,7 @@
 #include <stdint.h>
 
 /* Matrix formats: ggml's type ids for a GGUF file's own blocks, read where the file is mapped;
-   INT4 and INT8 are the torch backend's layouts (engine/kernels.py). */
+   INT4 and INT8 are the torch backend's layouts (engine/execution/kernels.py). */
 enum {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
   BF16 = 30, INT4 = 100, INT8 = 101

@@ -1,7 +1,7 @@
 """A GGUF's 4-bit tensors (Q4_0, Q4_1, Q4_K) as Int4Weight, without a float copy.
 
 Each of these formats is, per group of 32 weights, a 4-bit level times a scale plus an
-offset, which is what torch's int4 kernel computes (engine/kernels.py). The layouts are
+offset, which is what torch's int4 kernel computes (engine/execution/kernels.py). The layouts are
 ggml's (and gguf-py's dequantizers', which the tests compare against):
 - Q4_0, 18 bytes per 32 weights: fp16 d, 16 bytes of levels; w = d * (level - 8).
 - Q4_1, 20 bytes per 32: fp16 d, fp16 m, 16 bytes of levels; w = d * level + m.
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.formats.gguf_header import TensorInfo
-from engine.kernels import Int4Weight
+from engine.loading.formats.gguf_header import TensorInfo
+from engine.execution.kernels import Int4Weight
 
 # ggml type ids (gguf.GGMLQuantizationType): Q4_0, Q4_1, Q4_K
 Q4_0, Q4_1, Q4_K = 2, 3, 12

@@ -5,31 +5,52 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from engine.execution.plan import STORED, ExecutionPlan
+
 PREFILL_CHUNK = 256  # the most tokens in one prefill pass
 MEASURED_CHUNK = 16  # prefill chunks at least this wide count in the measured prefill rate
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, declared: what calibration and decoding ask of it."""
+
+    tree: bool = False  # `forward` verifies a token tree (parents) in one pass; else chains only
+    device: str = "cpu"  # where its passes run: "cpu" or "cuda"
+    # The kernels its passes can run (engine/execution/plan.py): calibration times each for
+    # prefill and one-token passes and writes its choice into the plan.
+    kernels: tuple[str, ...] = (STORED,)
+    threads: bool = False  # it runs each pass width on the plan's thread count
+    # Every pass is one call of the C decoder (engine/execution/native/): nothing to set up per pass
+    # shape (no warm-up), and a pass costs the same from an empty cache.
+    native: bool = False
+    tile_from: int = 0  # the narrowest pass that AMX tiles take (amx.c; 0: none)
 
 
 class Backend(ABC):
     """A model and its KV cache.
 
     `tokens` mirrors what the cache holds, so callers can reuse the longest common prefix
-    between requests (`sync`) and roll back rejected draft tokens (`truncate`).
+    between requests (`sync`) and roll back rejected draft tokens (`truncate`). What it can do
+    is `capabilities`; how it runs each pass is `plan`, which calibration fills (`use_plan`).
     """
 
     vocab_size: int
     max_len: int
-    supports_tree: bool = False  # can `forward` take a token tree (parents) in one pass?
-    # Calibration's estimate of the prefill rate (tokens/s), until this session has measured
-    # its own (`prefill_rate`); the engine sets it.
-    prefill_estimate: float = float("inf")
 
     def __init__(self) -> None:
         self.tokens: list[int] = []
+        # Threads and kernel by pass width (engine/execution/plan.py), filled in by calibration.
+        self.plan = ExecutionPlan()
+        # Calibration's estimate of the prefill rate (tokens/s), until this session has
+        # measured its own (`prefill_rate`).
+        self.prefill_estimate = float("inf")
         # Tokens and seconds of the prefill chunks `sync` ran: the real prefill rate, which
-        # calibration only estimates (engine/calibrate.py; from narrow passes, it errs low).
+        # calibration only estimates (engine/execution/calibrate.py; from narrow passes, it errs low).
         self.prefilled = (0, 0.0)
         # The rate of the last prefill chunk: the next one is sized from it (`prefill_chunk`).
         self._last_chunk_rate: float | None = None
@@ -52,6 +73,42 @@ class Backend(ABC):
     @property
     def length(self) -> int:
         return len(self.tokens)
+
+    @property
+    @abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What this backend can do (calibration and decoding ask nothing else)."""
+
+    @property
+    def weight_bytes(self) -> int | None:
+        """Bytes read from memory per pass (for the achieved-bandwidth figure); None: unknown."""
+        return None
+
+    def cost_key(self) -> str:
+        """What its pass costs depend on besides the machine, the model file and the cache size
+        (the backend, the weights format, the C decoder's build): calibration is kept under it."""
+        return type(self).__name__
+
+    def memory(self, counted: set[int] | None = None) -> dict[str, int]:
+        """Bytes by use (TorchLlama.memory); {} where the backend cannot say. Weights whose id
+        is in `counted` (another model's, shared) are skipped; its own are added to it."""
+        return {}
+
+    def use_plan(self, plan: ExecutionPlan, final: bool = True) -> None:
+        """Run passes as `plan` says from now on: a plan calibration is timing (not `final`), or
+        its choice, after which the backend may free what only other plans would need."""
+        self.plan = plan
+
+    def set_prefill_estimate(self, tokens_per_s: float) -> None:
+        """Size prefill chunks from this rate (calibration's estimate) until this session has
+        measured its own (`prefill_rate`)."""
+        self.prefill_estimate = tokens_per_s
+
+    def time_prefill(self, width: int) -> float:
+        """Seconds per token of a prefill pass of `width` tokens with the plan's prefill kernel,
+        past the cached tokens (not kept): calibration times each of `capabilities.kernels`
+        with it, so a backend that declares more than one implements it."""
+        raise NotImplementedError(f"{type(self).__name__} has one kernel: nothing to time")
 
     @abstractmethod
     def forward(

@@ -1,12 +1,12 @@
 """A Llama-family decoder in plain torch with a preallocated KV cache.
 
-Rotary embeddings (with rope scaling, engine/rope.py), grouped-query attention, tied or untied
+Rotary embeddings (with rope scaling, engine/execution/rope.py), grouped-query attention, tied or untied
 head; what differs between families (RMSNorm or LayerNorm, SwiGLU or GELU MLP, biases, q/k
-norm) comes from engine/architectures.py. Q/K/V and gate/up are fused into one matmul each:
+norm) comes from engine/loading/architectures.py. Q/K/V and gate/up are fused into one matmul each:
 on a CPU most of a one-token pass is per-op overhead. Runs on the CPU, or on CUDA when asked.
-On a CPU the passes of an int4/int8 model run in C where they can (engine/native/): this module
+On a CPU the passes of an int4/int8 model run in C where they can (engine/execution/native/): this module
 then holds the weights and the KV cache, and runs the other kernels' passes. A GGUF the C
-decoder computes where the file is mapped runs without torch (engine/backends/native_llama.py).
+decoder computes where the file is mapped runs without torch (engine/execution/backends/native_llama.py).
 """
 from __future__ import annotations
 
@@ -20,16 +20,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.architectures import FAMILIES
-from engine.backends.base import ArrayCache, pass_positions
+from engine.loading.architectures import FAMILIES
+from engine.execution.backends.base import ArrayCache, Capabilities, pass_positions
 from engine.errors import EngineError
-from engine.execution_plan import STORED, ExecutionPlan
-from engine.formats.gguf_blocks import BlockMatrix, BlockStack
-from engine.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, available_memory, compute_dtype, fuse,
-                            int8_product, linear, to_format, weight_nbytes)
-from engine.native import decoder_for
-from engine.rope import rope_tables
-from engine.weights import LlamaConfig, LoadedWeights
+from engine.execution.plan import STORED, ExecutionPlan
+from engine.loading.formats.gguf_blocks import BlockMatrix, BlockStack
+from engine.execution.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, available_memory,
+                                      compute_dtype, fuse, int8_product, linear, prefill_candidates, to_format,
+                                      weight_nbytes)
+from engine.execution.native import decoder_for
+from engine.execution.rope import rope_tables
+from engine.loading.weights import LlamaConfig, LoadedWeights
 
 
 @dataclass
@@ -57,7 +58,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float, kind: str) -> torch.Tensor:
-    """RMSNorm ("rms") or LayerNorm ("layer"), as the family's row in engine/architectures.py says."""
+    """RMSNorm ("rms") or LayerNorm ("layer"), as the family's row in engine/loading/architectures.py says."""
     if kind == "rms":
         return rms_norm(x, weight, eps)
     return F.layer_norm(x, weight.shape, weight.to(x.dtype), None if bias is None else bias.to(x.dtype), eps)
@@ -73,22 +74,24 @@ def _mapped(w: Weight) -> bool:
     return all(isinstance(p, BlockMatrix) and p.mapped for p in parts)
 
 
-class TorchLlama(ArrayCache):
-    supports_tree = True
+_MATRICES = ("wqkv", "wo", "w_gate_up", "w_down")
 
+
+class TorchLlama(ArrayCache):
     def __init__(self, weights: LoadedWeights, dtype: torch.dtype = torch.bfloat16,
                  max_len: int = 4096, device: str = "cpu", head_rows: torch.Tensor | None = None,
-                 quant: str | None = None):
+                 quant: str | None = None, copy_budget: float = 0.25):
         """head_rows: keep only these rows of the output head (a draft model's reduced
         vocabulary); the logits of every other token are -inf. quant: "int8" or "int4"
-        weight-only matrices with bf16 activations (CPU only; engine/kernels.py). A matrix
+        weight-only matrices with bf16 activations (CPU only; engine/execution/kernels.py). A matrix
         already in a mapped GGUF's blocks (the embedded draft shares its target's) stays so,
-        for the native decoder."""
+        for the native decoder. copy_budget: the most of the machine's available memory
+        (measured when a copy is made) that a resident copy of the matrices in another
+        kernel's dtype may take (`use_plan`)."""
         super().__init__()
         if quant == "gguf":
-            raise EngineError("a mapped GGUF runs on the native backend (engine/backends/native_llama.py)")
+            raise EngineError("a mapped GGUF runs on the native backend (engine/execution/backends/native_llama.py)")
         c: LlamaConfig = weights.config
-        t = weights.tensors
         self.config = c
         self.quant = quant
         self.dtype = torch.bfloat16 if quant else dtype
@@ -100,20 +103,34 @@ class TorchLlama(ArrayCache):
         # Within a sliding window every position sees all earlier ones, so capping the context
         # at the window computes exactly what the windowed model does.
         self.max_len = min(max_len, c.max_position, c.sliding_window or max_len)
-        # Threads and kernel by pass width, and the prefill kernel (engine/execution_plan.py),
-        # filled in by calibration. A kernel other than STORED uses a resident copy of the
-        # matrices in its dtype when it fits (copy_kernel names it), else dequantizes them
-        # per pass.
-        self.plan = ExecutionPlan()
+        # A plan's kernel other than STORED reads a resident copy of the matrices in its dtype
+        # when it fits (copy_kernel names it), else dequantizes them per pass.
         self.copy_kernel: str | None = None
-        # most of the machine's available memory (measured when a copy is made) that a
-        # resident copy may take; Engine.load sets it
-        self.copy_budget = 0.25
+        self.copy_budget = copy_budget
         self._copy_layers: list[_Layer] | None = None
         self._copy_head: torch.Tensor | None = None
         # The final normed hidden state of every cached position, once `record_features` is
         # called: a feature-conditioned draft (engine/drafters/feature_draft.py) reads them.
         self.features: torch.Tensor | None = None
+        self._load_tensors(weights.tensors, quant, head_rows)
+        hd = c.dim_per_head
+        shape = (c.n_layers, c.n_kv_heads, self.max_len, hd)
+        # empty, not zeros: only positions written are read, and untouched pages cost no memory
+        self.k_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
+        self.v_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
+        cos, sin = rope_tables(self.max_len, hd, c.rope_theta, c.rope_scaling)
+        self.cos = torch.from_numpy(cos).to(device=self.device, dtype=self.dtype)
+        self.sin = torch.from_numpy(sin).to(device=self.device, dtype=self.dtype)
+        self.rotary_pairs = weights.rotary_pairs  # only the native decoder rotates pairs
+        # The passes of a quantized model run in C where they can (engine/execution/native/).
+        on_cpu = self.device.type == "cpu" and self.dtype == torch.bfloat16
+        self.native = decoder_for(self) if quant and on_cpu else None
+        if self.native is None and self.rotary_pairs:
+            raise EngineError("Q/K rows in llama.cpp's pair order need the native decoder")
+
+    def _load_tensors(self, t, quant: str | None, head_rows: torch.Tensor | None) -> None:
+        """The embedding, head, final norm and layers from the loaded tensors `t`, converted to
+        the model's dtype (or `quant`) and device, Q/K/V and gate/up fused."""
 
         def cast(w: Weight) -> Weight:
             if isinstance(w, QUANTIZED):
@@ -126,23 +143,22 @@ class TorchLlama(ArrayCache):
         def fused(*parts: Weight) -> Weight:
             return fuse([matrix(w) for w in parts])
 
+        def optional(name: str) -> torch.Tensor | None:
+            return cast(t[name]) if name in t else None
+
         self.embed = matrix(t["embed"], lookup=True)
-        self.head = self.embed if c.tie_embeddings else matrix(t["lm_head"], lookup=True)
+        self.head = self.embed if self.config.tie_embeddings else matrix(t["lm_head"], lookup=True)
         # every row of the head, which `keep_head_rows` chooses from (None: rows were given)
         self._all_rows = self.head if head_rows is None else None
         self.head_rows = None
         if head_rows is not None:
             self._choose_rows(self.head, head_rows.to(self.device))
-
-        def optional(name: str) -> torch.Tensor | None:
-            return cast(t[name]) if name in t else None
-
-        # `t` may be lazy (engine/weights.py): each lookup reads one tensor, which is converted
+        # `t` may be lazy (engine/loading/weights.py): each lookup reads one tensor, which is converted
         # and dropped before the next, so the source model is never held whole.
         self.norm = cast(t["norm"])
         self.norm_bias = optional("norm_bias")
         self.layers = []
-        for i in range(c.n_layers):
+        for i in range(self.config.n_layers):
             p = f"layers.{i}."
             biases = [t.get(p + b) for b in ("bq", "bk", "bv")]
             self.layers.append(_Layer(
@@ -163,20 +179,18 @@ class TorchLlama(ArrayCache):
                 b_up=optional(p + "b_up"),
                 b_down=optional(p + "b_down"),
             ))
-        hd = c.dim_per_head
-        shape = (c.n_layers, c.n_kv_heads, self.max_len, hd)
-        # empty, not zeros: only positions written are read, and untouched pages cost no memory
-        self.k_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
-        self.v_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
-        cos, sin = rope_tables(self.max_len, hd, c.rope_theta, c.rope_scaling)
-        self.cos = torch.from_numpy(cos).to(device=self.device, dtype=self.dtype)
-        self.sin = torch.from_numpy(sin).to(device=self.device, dtype=self.dtype)
-        self.rotary_pairs = weights.rotary_pairs  # only the native decoder rotates pairs
-        # The passes of a quantized model run in C where they can (engine/native/).
-        on_cpu = self.device.type == "cpu" and self.dtype == torch.bfloat16
-        self.native = decoder_for(self) if quant and on_cpu else None
-        if self.native is None and self.rotary_pairs:
-            raise EngineError("Q/K rows in llama.cpp's pair order need the native decoder")
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Token trees; on a CPU, thread counts per pass width; and where the C decoder does not
+        run the passes, torch's kernels for the weights' format (engine/execution/kernels.py)."""
+        kernels = (STORED,) if self.native is not None else prefill_candidates(self.dtype, self.quant is not None)
+        return Capabilities(tree=True, device=self.device.type, kernels=kernels, threads=self.device.type == "cpu",
+                            native=self.native is not None)
+
+    def cost_key(self) -> str:
+        build = "" if self.native is None else f"-{self.native.build}"
+        return f"TorchLlama-{str(self.dtype).replace('torch.', '')}-{self.quant}{build}"
 
     @property
     def weight_bytes(self) -> int:
@@ -208,7 +222,7 @@ class TorchLlama(ArrayCache):
         copies = 0
         if self._copy_layers is not None:
             copies = sum(weight_nbytes(getattr(layer, m)) for layer in self._copy_layers
-                         for m in ("wqkv", "wo", "w_gate_up", "w_down")) + weight_nbytes(self._copy_head)
+                         for m in _MATRICES) + weight_nbytes(self._copy_head)
         scratch = 0 if self.native is None else self.native.own_bytes + self.native.scratch_bytes
         scratch += 0 if self.features is None else weight_nbytes(self.features)
         return {"weights_mapped": sum(weight_nbytes(w) for w in weights if _mapped(w)),
@@ -249,7 +263,7 @@ class TorchLlama(ArrayCache):
             raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
         if (threads := self.plan.threads_for(n)) is not None:
             torch.set_num_threads(threads)
-        kernel = self.plan.kernel_for(n, logits)
+        kernel = self.plan.kernel_for(logits)
         if kernel == STORED and self.native is not None:  # returns the final normed states
             pos, local = pass_positions(start, n, parents)
             x, out = self.native.forward(x, start, pos, local, logits, torch.get_num_threads(),
@@ -266,44 +280,45 @@ class TorchLlama(ArrayCache):
             return None
         return self._full_vocab(out) if out is not None else self.head_logits(x, kernel)
 
-    def use_prefill_kernel(self, kernel: str, allow_copy: bool = True) -> bool:
-        """Prefill with `kernel` from now on; returns whether its matrices are a resident copy
-        (made now if needed and it fits: at most three times the stored weights, so that an
-        int4 or int8 model may get a bf16 copy but not an fp32 one, and a quarter of the
-        machine's memory, so that a 7B model gets none) rather than dequantized for each
-        pass. STORED keeps any copy: wide decoding passes may use it (plan.kernels)."""
-        self.plan.prefill = kernel
-        if kernel == STORED:
-            return False
-        if kernel == self.copy_kernel and allow_copy:
-            return True
-        self.drop_copy()
-        dtype = compute_dtype(kernel, self.dtype)
-        matrices = ("wqkv", "wo", "w_gate_up", "w_down")
-        size = (math.prod(self.head.shape) + sum(math.prod(getattr(layer, m).shape) for layer in self.layers
-                                                 for m in matrices)) * dtype.itemsize
-        if not allow_copy or size > min(3 * self.weight_bytes, available_memory() * self.copy_budget):
-            return False
-        self._copy_layers = [dataclasses.replace(layer, **{m: as_dtype(getattr(layer, m), dtype)
-                                                           for m in matrices})
-                             for layer in self.layers]
-        self._copy_head = as_dtype(self.head, dtype)  # for wide decoding passes
-        self.copy_kernel = kernel
-        return True
+    def use_plan(self, plan: ExecutionPlan, final: bool = True) -> None:
+        """Also keeps a resident copy of the matrices in the dtype of the plan's other kernel
+        where it fits (`_make_copy`), and drops any other copy. A final plan that reads no copy
+        frees what only other kernels would need (`_release_plain_layouts`)."""
+        super().use_plan(plan, final)
+        if plan.copy() != self.copy_kernel:
+            self._drop_copy()
+            if plan.copy() is not None:
+                self._make_copy(plan.copy())
+        if final:
+            self._release_plain_layouts()
 
-    def release_plain_layouts(self) -> None:
-        """Once the kernels are chosen: where nothing will dequantize the int4 matrices again
-        (no copy to make, prefill in the stored format), keep only torch's packed layout of
-        each, halving an int4 model's memory. The embedding keeps its own for row lookups.
-        The native decoder reads the plain layout (and torch never packs it then)."""
-        if self.plan.prefill != STORED or self.copy_kernel is not None or self.native is not None:
+    def _make_copy(self, kernel: str) -> None:
+        """A resident copy of the matrices in `kernel`'s dtype, where it fits: at most three
+        times the stored weights, so that an int4 or int8 model may get a bf16 copy but not an
+        fp32 one, and `copy_budget` of the machine's memory, so that a 7B model gets none.
+        Without one, the kernel dequantizes the matrices for each pass."""
+        dtype = compute_dtype(kernel, self.dtype)
+        size = (math.prod(self.head.shape) + sum(math.prod(getattr(layer, m).shape) for layer in self.layers
+                                                 for m in _MATRICES)) * dtype.itemsize
+        if size > min(3 * self.weight_bytes, available_memory() * self.copy_budget):
             return
-        for w in [self.head] + [getattr(layer, m) for layer in self.layers
-                                for m in ("wqkv", "wo", "w_gate_up", "w_down")]:
+        self._copy_layers = [dataclasses.replace(layer, **{m: as_dtype(getattr(layer, m), dtype) for m in _MATRICES})
+                             for layer in self.layers]
+        self._copy_head = as_dtype(self.head, dtype)  # for passes with logits
+        self.copy_kernel = kernel
+
+    def _release_plain_layouts(self) -> None:
+        """Where nothing will dequantize the int4 matrices again (no copy to make, prefill in
+        the stored format), keep only torch's packed layout of each, halving an int4 model's
+        memory. The embedding keeps its own for row lookups. The native decoder reads the plain
+        layout (and torch never packs it then)."""
+        if self.plan.copy() is not None or self.native is not None:
+            return
+        for w in [self.head] + [getattr(layer, m) for layer in self.layers for m in _MATRICES]:
             if isinstance(w, Int4Weight) and w is not self.embed:
                 w.release_plain()
 
-    def drop_copy(self) -> None:
+    def _drop_copy(self) -> None:
         self.copy_kernel, self._copy_layers, self._copy_head = None, None, None
 
     @torch.inference_mode()

@@ -1,11 +1,6 @@
-"""Read decoder weights from GGUF files or Hugging Face safetensors folders.
-
-Only formats that cannot execute code are accepted: GGUF and safetensors, never pickle.
-Loading checks the architecture, hyper-parameters and every tensor's name and shape from the
-file's header first; the tensors themselves are read later, one at a time, when a backend
-asks for them (`LoadedWeights.tensors` is lazy), so no float32 copy of the whole model exists.
-Weights come back under one canonical naming scheme (engine/architectures.py), in Hugging
-Face's rotary layout.
+"""Decoder weights as every format's reader returns them (engine/loading/formats/): the model's
+hyper-parameters, its tensors under one canonical naming scheme (engine/loading/architectures.py) in
+Hugging Face's rotary layout, read lazily, and the checks each reader makes of a file's header.
 """
 from __future__ import annotations
 
@@ -14,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.architectures import FAMILIES, expand
+from engine.loading.architectures import FAMILIES, expand
 from engine.errors import ModelLoadError
-from engine.rope import RopeScaling
+from engine.execution.rope import RopeScaling
 
 if TYPE_CHECKING:  # a mapped GGUF's path never imports torch
     import torch
@@ -35,7 +30,7 @@ class LlamaConfig:
     max_position: int
     tie_embeddings: bool
     head_dim: int = 0  # 0: hidden_size // n_heads
-    family: str = "llama"  # a key of engine.architectures.FAMILIES
+    family: str = "llama"  # a key of engine.loading.architectures.FAMILIES
     rope_scaling: RopeScaling | None = None
     sliding_window: int | None = None  # attention span; the backend's context never exceeds it
 
@@ -70,34 +65,11 @@ class LazyTensors(Mapping[str, "torch.Tensor"]):
 @dataclass
 class LoadedWeights:
     config: LlamaConfig
-    tensors: Mapping[str, torch.Tensor]  # canonical names (engine/architectures.py), maybe lazy
+    tensors: Mapping[str, torch.Tensor]  # canonical names (engine/loading/architectures.py), maybe lazy
     source: Path
     # Q/K rows in llama.cpp's interleaved order (a mapped GGUF of the llama family): rotary
-    # turns adjacent pairs instead of halves (engine/formats/gguf_mapped.py map_gguf)
+    # turns adjacent pairs instead of halves (engine/loading/formats/gguf_mapped.py map_gguf)
     rotary_pairs: bool = False
-
-
-def load_weights(path: Path, four_bit: bool = False) -> LoadedWeights:
-    """Open a `.gguf` file or a Hugging Face folder; raise ModelLoadError with a clear reason.
-
-    Only the header is read here; tensors are read when looked up in the result. With
-    `four_bit`, a GGUF's 4-bit matrices are read as they are stored (Int4Weight) and its other
-    quantized ones as int8 (engine/formats/gguf.py); float ones stay float."""
-    path = Path(path)
-    if not path.exists():
-        raise ModelLoadError(f"model not found: {path}")
-    if path.is_dir():
-        from engine.formats.hf import open_hf_folder
-
-        return open_hf_folder(path)
-    if path.suffix == ".gguf":
-        from engine.formats.gguf import open_gguf
-
-        return open_gguf(path, four_bit)
-    raise ModelLoadError(
-        f"unsupported model file {path.name}: give a .gguf file or a folder with config.json "
-        "and *.safetensors (pickled .bin/.pt checkpoints are refused)"
-    )
 
 
 def expected_shapes(c: LlamaConfig) -> dict[str, tuple[int, ...]]:

@@ -16,15 +16,15 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from engine.kernels import QUANTIZED, Int4Weight, Int8Weight, Weight, to_format
-from engine.rope import RopeScaling
-from engine.user_cache import cache_dir, content_key, write_atomically
-from engine.weights import LlamaConfig, LoadedWeights
+from engine.execution.kernels import QUANTIZED, Int4Weight, Int8Weight, Weight, to_format
+from engine.execution.rope import RopeScaling
+from engine.loading.user_cache import cache_dir, content_key, write_atomically
+from engine.loading.weights import LlamaConfig, LoadedWeights
 
 log = logging.getLogger("draftline")
 
 FORMAT = 2  # bump when the saved layout changes
-_LOOKUP = ("embed", "lm_head")  # matrices whose rows are looked up (engine/kernels.to_format)
+_LOOKUP = ("embed", "lm_head")  # matrices whose rows are looked up (engine/execution/kernels.to_format)
 # How a quantized matrix is saved: one entry per field, named <matrix>.<suffix>.
 _FIELDS = {Int8Weight: {"int8": "q", "scale": "scale"},
            Int4Weight: {"int4": "q", "int4scale": "scale", "int4zero": "zero"}}
@@ -32,7 +32,7 @@ _FIELDS = {Int8Weight: {"int8": "q", "scale": "scale"},
 
 def convert(weights: LoadedWeights, dtype: torch.dtype, quant: str | None) -> LoadedWeights:
     """Every tensor in its final format, one at a time: matrices in `quant` (int8, int4 or
-    None: engine/kernels.to_format), the rest in `dtype`. The source tensors are dropped as
+    None: engine/execution/kernels.to_format), the rest in `dtype`. The source tensors are dropped as
     they are converted."""
     tensors: dict[str, Weight] = {}
     source = weights.tensors

@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.backends.base import Backend
+from engine.execution.backends.base import Backend, Capabilities
 from engine.errors import BackendUnavailable, EngineError, ModelLoadError
 from engine.stdout_guard import stdout_to_stderr
+from engine.tokenization.hf import load_folder
 from engine.tokenization.tokenizer import Tokenizer
 
 INSTALL_HINT = "pip install 'draftline[exllamav2]'"
@@ -56,14 +57,18 @@ def keep_torch_threads() -> Iterator[None]:
 class ExLlamaV2Backend(Backend):
     """A loaded ExLlamaV2 model and its cache; `tokens` mirrors `cache.current_seq_len`."""
 
-    supports_tree = False  # model.forward has no tree mask: decoding verifies one branch
-
     def __init__(self, model, cache, vocab_size: int, max_len: int):
         super().__init__()
         self.model = model
         self.cache = cache
         self.vocab_size = vocab_size
         self.max_len = max_len
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Chains only (model.forward has no tree mask: decoding verifies one branch), on the GPU,
+        in its own kernels and threads."""
+        return Capabilities(tree=False, device="cuda")
 
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
@@ -72,7 +77,7 @@ class ExLlamaV2Backend(Backend):
         if n == 0:
             raise ValueError("forward needs at least one token")
         if parents is not None and list(parents) != list(range(-1, n - 1)):
-            raise EngineError("the exllamav2 backend cannot verify a token tree (supports_tree is False)")
+            raise EngineError("the exllamav2 backend cannot verify a token tree (capabilities.tree is False)")
         if self.length + n > self.max_len:
             raise EngineError(f"context full: {self.length + n} tokens > cache of {self.max_len}")
         ids = torch.tensor([list(tokens)], dtype=torch.long)
@@ -96,7 +101,7 @@ def load_exllamav2(path: Path, max_len: int = 4096) -> tuple[ExLlamaV2Backend, T
     if not (path.is_dir() and (path / "config.json").exists()):
         raise ModelLoadError(f"{path}: the exllamav2 backend needs a model folder with config.json "
                              "(EXL2 or fp16 safetensors), not a .gguf file")
-    tokenizer = Tokenizer.from_folder(path)
+    tokenizer = load_folder(path)
     with stdout_to_stderr(), keep_torch_threads():
         try:
             from exllamav2 import ExLlamaV2, ExLlamaV2Cache, ExLlamaV2Config

@@ -2,10 +2,10 @@
 
 Every pass of a model it computes (prefill, decoding, verification) runs as one C call that
 reads the matrices in their stored formats: a GGUF file's own blocks where the file is mapped
-(engine/formats/gguf_blocks.py), or the torch backend's int4/int8 (engine/kernels.py);
+(engine/loading/formats/gguf_blocks.py), or the torch backend's int4/int8 (engine/execution/kernels.py);
 decoder.c says why and how it stays exact. The library is compiled with the system's C
 compiler for this CPU (-march=native, 6-7 s on two cores) when installing (`python -m
-engine.native`) or else at first use, and kept in the user's cache directory, keyed by its sources, the compiler, its flags and the CPU. `$CC` and `$CFLAGS` are
+engine.execution.native`) or else at first use, and kept in the user's cache directory, keyed by its sources, the compiler, its flags and the CPU. `$CC` and `$CFLAGS` are
 honoured; `DRAFTLINE_NATIVE=0` turns the decoder off, `DRAFTLINE_AMX=0` its AMX route. Without a compiler, on a CPU without AVX2
 and FMA, or after a failed build (remembered under the same key, so it is not retried at every
 start), `load_library` returns None and the torch code runs every pass.
@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.formats.gguf_blocks import BlockMatrix, BlockStack
-from engine.rope import rope_tables
-from engine.user_cache import cache_dir, machine_key, write_atomically
-from engine.weights import LlamaConfig
+from engine.loading.formats.gguf_blocks import BlockMatrix, BlockStack
+from engine.execution.rope import rope_tables
+from engine.loading.user_cache import cache_dir, machine_key, write_atomically
+from engine.loading.weights import LlamaConfig
 
 log = logging.getLogger("draftline")
 
@@ -167,7 +167,7 @@ def load_library() -> ctypes.CDLL | None:
         return None
 
 
-# canonical tensors decoder.c computes (engine/architectures.py): RMSNorm, SwiGLU, Q/K/V biases
+# canonical tensors decoder.c computes (engine/loading/architectures.py): RMSNorm, SwiGLU, Q/K/V biases
 _COMPUTED = {"embed", "lm_head", "norm", "attn_norm", "ffn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv",
              "w_gate", "w_up", "w_down"}
 
@@ -177,7 +177,7 @@ def computes(c: LlamaConfig, names: set[str]) -> bool:
     names): RMSNorm, SwiGLU, no biases but Q/K/V's, no q/k norm, head dims a multiple of 16 up
     to 256 (decoder.c's MAX_HEAD_DIM), at most 8 query heads per KV head (MAX_GROUP), rows a
     whole number of 32-column blocks."""
-    from engine.architectures import FAMILIES
+    from engine.loading.architectures import FAMILIES
 
     family = FAMILIES[c.family]
     if family.norm != "rms" or family.mlp != "swiglu" or family.qk_norm:
@@ -234,7 +234,7 @@ def _part(w) -> _Part:
 
 def _parts(w: object) -> list | None:
     """The parts of a matrix the C code reads as it is, or None: GGUF blocks (stacked or not),
-    int4 with its plain layout, or int8 (engine/kernels.py), row-major, in whole 32-column blocks."""
+    int4 with its plain layout, or int8 (engine/execution/kernels.py), row-major, in whole 32-column blocks."""
     if isinstance(w, BlockStack):
         return w.parts if len(w.parts) <= _MAX_PARTS and w.shape[1] % 32 == 0 else None
     if isinstance(w, BlockMatrix):
@@ -281,7 +281,7 @@ def rows(lib: ctypes.CDLL, w, ids) -> np.ndarray:
 
 
 class NativeDecoder:
-    """Runs the passes of one model in C (engine/backends/native_llama.py, or a quantized
+    """Runs the passes of one model in C (engine/execution/backends/native_llama.py, or a quantized
     TorchLlama), on the weights and bf16 KV cache the model owns; it keeps the rotary tables,
     and float32 copies of a torch model's bf16 vectors."""
 

@@ -11,9 +11,9 @@ Exactness by construction: every output element (a row of a matrix times a token
 query head's attention for one token) is computed by one thread with a fixed order of
 operations that does not depend on the pass width, the thread count or the other tokens, so
 a token's logits are bitwise the same in a 13-token pass as in a one-token pass. Activations
-are quantized per token (unpack.c); sums are float32; the KV cache is bf16.
+are quantized per token (quantize.c); sums are float32; the KV cache is bf16.
 
-Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__init__.py).
+Needs AVX2 and FMA (compiled with -march=native at first use; engine/execution/native/__init__.py).
 */
 #include <immintrin.h>
 #include <limits.h>
@@ -30,7 +30,7 @@ Needs AVX2 and FMA (compiled with -march=native at first use; engine/native/__in
 
 #include "native.h"
 
-/* limits the Python side checks (engine/native/__init__.py) */
+/* limits the Python side checks (engine/execution/native/__init__.py) */
 enum { MAX_THREADS = 64, MAX_GROUP = 8, MAX_HEAD_DIM = 256 };
 
 typedef struct {
@@ -206,20 +206,15 @@ static inline __attribute__((always_inline)) int row_seen(const uint16_t *rows, 
   return any;
 }
 
-static inline __attribute__((always_inline)) void attend_hd(const Model *m, int hd, int layer, int kv_head,
-                                                            const float *qkv, int nqkv, int T, int t0, int t1,
-                                                            int start, const uint8_t *local, float *scratch,
-                                                            float *out) {
-  const int heads = m->n_heads / m->n_kv_heads, B = t1 - t0, stride = start + T + 8;
-  const size_t base = ((size_t)layer * m->n_kv_heads + kv_head) * m->max_len * hd;
-  const uint16_t *k = m->k_cache + base, *v = m->v_cache + base;
+/* Each token's scaled scores q.k for the positions it sees, per head, in order of position:
+   scores [b][h][i] (rows `stride` apart), count[b] of them. Keys are read VEC positions at a
+   time (aligned, so a position is always the same lane), converted to float once for all of
+   these tokens and heads. */
+static inline __attribute__((always_inline)) void key_scores(const uint16_t *k, int hd, int heads, int kv_head,
+                                                             const float *qkv, int nqkv, int T, int t0, int B,
+                                                             int start, const uint8_t *local, int stride,
+                                                             float *scores, int count[]) {
   const float scale = 1.0f / sqrtf((float)hd);
-  float *scores = scratch, *acc = scratch + (size_t)ATTN_TOKENS * heads * stride; /* [b][h][i], [b][h][d] */
-  int count[ATTN_TOKENS] = {0}, sees[ATTN_TOKENS];
-  float total[ATTN_TOKENS][MAX_GROUP];
-  Vec row[MAX_HEAD_DIM / VEC];
-  /* Keys: VEC positions at a time (aligned, so a position is always the same lane), converted
-     to float once for all of these tokens and heads; a token keeps the scores of those it sees. */
   float keys[VEC][MAX_HEAD_DIM] __attribute__((aligned(64)));
   for (int j0 = 0; j0 < start + T; j0 += VEC) {
     const int n = start + T - j0 < VEC ? start + T - j0 : VEC;
@@ -249,6 +244,11 @@ static inline __attribute__((always_inline)) void attend_hd(const Model *m, int 
       count[b] += __builtin_popcount(seen[b]);
     }
   }
+}
+
+/* Scores to exp(score - their max), in place; total[b][h]: their sum. */
+static inline void exp_scores(float *scores, int stride, int B, int heads, const int count[],
+                              float total[][MAX_GROUP]) {
   for (int b = 0; b < B; b++)
     for (int h = 0; h < heads; h++) { /* padded with -inf, which gives exactly 0 */
       float *seen = scores + (size_t)(b * heads + h) * stride;
@@ -267,11 +267,18 @@ static inline __attribute__((always_inline)) void attend_hd(const Model *m, int 
       }
       total[b][h] = sum8(sum);
     }
-  /* Values: blocks of VALUE_ROWS positions converted to float once, then each (token, head)
-     adds the rows it sees into accumulators held in registers, in order of position. */
+}
+
+/* acc [b][h][d]: each (token, head)'s value rows weighted by its exp scores, added in order of
+   position. Blocks of VALUE_ROWS positions are converted to float once (after acc, in
+   scratch), then each (token, head) adds the rows it sees into accumulators held in registers. */
+static inline __attribute__((always_inline)) void value_sums(const uint16_t *v, int hd, int heads, int T, int t0,
+                                                             int B, int start, const uint8_t *local, int stride,
+                                                             const float *scores, float *acc) {
+  int sees[ATTN_TOKENS], at[ATTN_TOKENS] = {0};
+  Vec row[MAX_HEAD_DIM / VEC];
   memset(acc, 0, sizeof(float) * (size_t)B * heads * hd);
   float *values = acc + (size_t)ATTN_TOKENS * heads * hd; /* [VALUE_ROWS][hd] */
-  int at[ATTN_TOKENS] = {0};
   uint8_t seen_by[VALUE_ROWS][ATTN_TOKENS];
   for (int j0 = 0; j0 < start + T; j0 += VALUE_ROWS) {
     int rows = 0;
@@ -299,6 +306,22 @@ static inline __attribute__((always_inline)) void attend_hd(const Model *m, int 
       at[b] += used;
     }
   }
+}
+
+/* Attention of tokens t0..t1-1 for the query heads of one KV head: scores, their softmax, the
+   weighted values, each token on its own and in order of position (exact, decoder.c's top). */
+static inline __attribute__((always_inline)) void attend_hd(const Model *m, int hd, int layer, int kv_head,
+                                                            const float *qkv, int nqkv, int T, int t0, int t1,
+                                                            int start, const uint8_t *local, float *scratch,
+                                                            float *out) {
+  const int heads = m->n_heads / m->n_kv_heads, B = t1 - t0, stride = start + T + 8;
+  const size_t base = ((size_t)layer * m->n_kv_heads + kv_head) * m->max_len * hd;
+  float *scores = scratch, *acc = scratch + (size_t)ATTN_TOKENS * heads * stride; /* [b][h][i], [b][h][d] */
+  int count[ATTN_TOKENS] = {0};
+  float total[ATTN_TOKENS][MAX_GROUP];
+  key_scores(m->k_cache + base, hd, heads, kv_head, qkv, nqkv, T, t0, B, start, local, stride, scores, count);
+  exp_scores(scores, stride, B, heads, count, total);
+  value_sums(m->v_cache + base, hd, heads, T, t0, B, start, local, stride, scores, acc);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < heads; h++) {
       __m256 inverse = _mm256_set1_ps(1.0f / total[b][h]);

@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.architectures import FAMILIES, HF_ARCHITECTURES
+from engine.loading.architectures import FAMILIES, HF_ARCHITECTURES
 from engine.errors import ModelLoadError
-from engine.formats.safetensors_file import read_entries, read_tensor
-from engine.rope import SCALINGS, RopeScaling
-from engine.weights import LazyTensors, LlamaConfig, LoadedWeights, plan_tensors
+from engine.loading.formats.safetensors_file import read_entries, read_tensor
+from engine.execution.rope import SCALINGS, RopeScaling
+from engine.loading.weights import LazyTensors, LlamaConfig, LoadedWeights, plan_tensors
 
 
 def open_hf_folder(folder: Path) -> LoadedWeights:

@@ -1,1 +1,0 @@
-"""One module per weight file format; each returns engine.weights.LoadedWeights."""

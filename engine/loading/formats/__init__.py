@@ -1,0 +1,1 @@
+"""One module per weight file format; each returns engine.loading.weights.LoadedWeights."""
