@@ -25,7 +25,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from engine.catalog import KNOWN
+from engine.loading.catalog import KNOWN
 from lsp_server import bench
 
 START, END = "<!-- measured:start -->", "<!-- measured:end -->"

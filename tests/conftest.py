@@ -36,7 +36,7 @@ def fp32_engine():
 @pytest.fixture(scope="session")
 def small_tokenizer():
     """The embedded model's tokenizer alone, from its GGUF's metadata: no weights, no torch."""
-    from engine.fetch import model_path
+    from engine.loading.fetch import model_path
     from engine.tokenization import load_tokenizer
 
     return load_tokenizer(model_path(SMALL))
