@@ -10,7 +10,9 @@ import os
 # every pass several times slower. Must be set before torch is first imported: this is the one
 # place it is set, for every process that imports the engine (server, tests, scripts), and
 # for the processes they start. A value in the user's environment wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# What this sets, so that peers (bench's llama.cpp) can run in the user's environment instead.
+SET_FOR_TORCH = {} if "OMP_WAIT_POLICY" in os.environ else {"OMP_WAIT_POLICY": "PASSIVE"}
+os.environ.update(SET_FOR_TORCH)
 
 
 def __getattr__(name: str):
