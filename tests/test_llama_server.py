@@ -65,28 +65,28 @@ def test_its_speculation_needs_a_draft_file(binary, model, monkeypatch):
         check_peer("llama-server-spec", model, None)
 
 
-def test_pause_replay_without_fim_goes_on_without_llama_server(binary, tmp_path):
-    """SmolLM2 has no FIM tokens: llama-server cannot /infill with it; one line says so."""
+def _replay(tmp_path: Path, model: str, pauses: int) -> tuple[dict, str, str]:
+    """`bench --pauses` on textwrap.py: its JSON's pauses, stdout and stderr."""
     (tmp_path / "textwrap.py").write_text(stdlib_text("textwrap.py"))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["bench", str(tmp_path), "--model", SMALL, "--threads", "2", "--tasks", "0",
-                   "--pauses", "1", "--key-ms", "0", "--json", str(tmp_path / "bench.json")])
+        rc = main(["bench", str(tmp_path), "--model", model, "--threads", "2", "--tasks", "0",
+                   "--pauses", str(pauses), "--key-ms", "0", "--json", str(tmp_path / "bench.json")])
     assert rc == 0, err.getvalue()
-    assert "lsp_server bench: pauses without llama-server: llama-server does not fill in the middle" in err.getvalue()
-    assert set(json.loads((tmp_path / "bench.json").read_text())["pauses"]["summary"]) == {"draftline"}
+    return json.loads((tmp_path / "bench.json").read_text())["pauses"], out.getvalue(), err.getvalue()
+
+
+def test_pause_replay_without_fim_goes_on_without_llama_server(binary, tmp_path):
+    """SmolLM2 has no FIM tokens: llama-server cannot /infill with it; one line says so."""
+    pauses, _, err = _replay(tmp_path, SMALL, 1)
+    assert "lsp_server bench: pauses without llama-server: llama-server does not fill in the middle" in err
+    assert set(pauses["summary"]) == {"draftline"}
 
 
 @pytest.mark.real_model
 def test_pause_replay_scores_both_editors_on_the_same_pauses(binary, tmp_path):
     """Qwen2.5-Coder-0.5B (the real-model tier's small one) has FIM tokens."""
-    (tmp_path / "textwrap.py").write_text(stdlib_text("textwrap.py"))
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["bench", str(tmp_path), "--model", REAL_DRAFT, "--threads", "2", "--tasks", "0",
-                   "--pauses", "3", "--key-ms", "0", "--json", str(tmp_path / "bench.json")])
-    assert rc == 0, err.getvalue()
-    pauses = json.loads((tmp_path / "bench.json").read_text())["pauses"]
+    pauses, out, _ = _replay(tmp_path, REAL_DRAFT, 3)
     assert set(pauses["summary"]) == {"draftline", "llama-server"}
     lines = stdlib_text("textwrap.py").split("\n")
     for name, numbers in pauses["summary"].items():
@@ -98,4 +98,4 @@ def test_pause_replay_scores_both_editors_on_the_same_pauses(binary, tmp_path):
     # the same pauses for both
     assert [r["line"] for r in pauses["runs"] if r["contender"] == "draftline"] == \
         [r["line"] for r in pauses["runs"] if r["contender"] == "llama-server"]
-    assert "pauses: ghost text after a pause" in out.getvalue()
+    assert "pauses: ghost text after a pause" in out
