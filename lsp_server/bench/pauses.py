@@ -29,7 +29,7 @@ import numpy as np
 
 from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
 from lsp_server.bench.lsp_client import Client
-from lsp_server.bench.quality import edit_similarity
+from lsp_server.bench.quality import edit_similarity, string_lines
 from lsp_server.bench.sources import SourceFile
 
 PAUSES_PER_FILE = 4
@@ -69,7 +69,8 @@ def _is_code(line: str) -> bool:
 
 def walks(sources: list[SourceFile], count: int, seed: int) -> list[Walk]:
     """`count` pauses over files of at least 60 lines, PAUSES_PER_FILE in each, from a point at
-    least 40 lines in; the same for the same seed and files."""
+    least 40 lines in, at lines of code (not comments, not inside docstrings); the same for the
+    same seed and files."""
     rng = random.Random(f"{seed}:pauses")
     files = sorted((s for s in sources if s.text.count("\n") >= 60), key=lambda s: str(s.path))
     rng.shuffle(files)
@@ -77,12 +78,12 @@ def walks(sources: list[SourceFile], count: int, seed: int) -> list[Walk]:
     for source in files:
         if len(chosen) * PAUSES_PER_FILE >= count:
             break
-        lines = source.text.split("\n")
-        starts = [i for i in range(40, len(lines)) if _is_code(lines[i])]
+        lines, prose = source.text.split("\n"), string_lines(source)
+        starts = [i for i in range(40, len(lines)) if _is_code(lines[i]) and i not in prose]
         if len(starts) < PAUSES_PER_FILE * 2:
             continue
         first = rng.choice(starts[:len(starts) - PAUSES_PER_FILE * 2])
-        code = [i for i in range(first, len(lines)) if _is_code(lines[i])]
+        code = [i for i in range(first, len(lines)) if _is_code(lines[i]) and i not in prose]
         n = min(PAUSES_PER_FILE, count - len(chosen) * PAUSES_PER_FILE)
         chosen.append(Walk(source.path, lines, first, code[:n]))
     return chosen

@@ -76,7 +76,7 @@ def _defined_elsewhere(sources: list[SourceFile]) -> dict[str, set[Path]]:
     return where
 
 
-def _string_lines(source: SourceFile) -> set[int]:
+def string_lines(source: SourceFile) -> set[int]:
     """0-based lines inside a Python file's multi-line strings (docstrings): prose, not code."""
     if source.path.suffix not in (".py", ".pyi"):
         return set()
@@ -97,7 +97,7 @@ def line_tasks(sources: list[SourceFile], count: int, seed: int) -> dict[str, li
     candidates: dict[str, list] = {w: [] for w in WORKLOADS}
     for source in sources:
         own = defined_names(source.text)
-        prose = _string_lines(source)
+        prose = string_lines(source)
         lines = source.text.split("\n")
         for number, line in enumerate(lines):
             code = line.strip()
