@@ -65,7 +65,8 @@ def command(report: dict, paths: str, draft: str | None) -> str:
                             ("--seed", "seed", "seed"), ("--context-chars", "context_chars", "context_chars")):
         if settings[key] != getattr(default, dest):
             parts += [flag, str(settings[key])]
-    parts += ["--modes", ",".join(settings["modes"])]
+    if settings["tasks_per_workload"]:
+        parts += ["--modes", ",".join(settings["modes"])]
     if "cold_workloads" in report:
         parts.append("--cold")
     if settings.get("pauses"):
@@ -111,11 +112,11 @@ def _cell(m: dict, ar: dict | None, peer: bool) -> str:
 
 
 def rows(report: dict, in_process: bool, run: str) -> list[str]:
-    workloads = list(report["workloads"])
+    workloads = list(report.get("workloads", {}))  # none in a pause replay alone
     out = []
     for key, cache in CACHES:
         for mode in report["settings"]["modes"]:
-            if key not in report or (mode in IN_PROCESS_PEERS and not in_process):
+            if not workloads or key not in report or (mode in IN_PROCESS_PEERS and not in_process):
                 continue
             data = [report[key][w]["modes"] for w in workloads]
             cells = [_cell(d[mode], d.get("ar"), mode in IN_PROCESS_PEERS) for d in data]
@@ -130,14 +131,15 @@ def table(paths: list[Path], relative_to: Path, given_paths: str, draft: str | N
     """The markdown: one line per run (its command, data file, model and machine), then one table."""
     reports = [json.loads(p.read_text()) for p in paths]
     several = len(reports) > 1
-    workloads = list(reports[0]["workloads"])
+    workloads = next((list(r["workloads"]) for r in reports if r.get("workloads")), [])
     lines = []
     for i, (path, report) in enumerate(zip(paths, reports), 1):
         mark = f"[{i}] " if several else ""
         link = os.path.relpath(path, relative_to)
         s = report["settings"]
-        lines.append(f"{mark}`{command(report, given_paths, draft)}` on {report['sources']['files']} files, "
-                     f"{s['tasks_per_workload']} tasks per workload, {s['max_new_tokens']} new tokens, "
+        work = (f"{s['tasks_per_workload']} tasks per workload, {s['max_new_tokens']} new tokens"
+                if s["tasks_per_workload"] else f"{s['pauses']} pauses")
+        lines.append(f"{mark}`{command(report, given_paths, draft)}` on {report['sources']['files']} files, {work}, "
                      f"{report['model']['dtype']} weights; {machine(report)} ([{Path(link).name}]({link})).")
         lines.append("")
     head = "| " + ("run, " if several else "") + "mode | " + " | ".join(
