@@ -83,14 +83,31 @@ def window_at(text: str, line: int) -> Window:
     return Window(first, "\n".join(lines[first:end]))
 
 
-def keep_line_ends(window: str, rewrite: str) -> str:
-    """The rewrite with the window's own line where the two differ only in trailing whitespace,
-    which the model does not copy faithfully and which is no edit worth showing."""
+def keep_layout(window: str, rewrite: str) -> str:
+    """The rewrite with the window's own blank lines and trailing whitespace: the model does not
+    copy them faithfully, and a change to them alone is no edit worth showing. Lines are matched
+    on their text without trailing whitespace, blank lines aside; the window's lines stand where
+    they match, the rewrite's (with the blank lines among them) where they differ."""
     old, new = window.split("\n"), rewrite.split("\n")
-    matcher = difflib.SequenceMatcher(None, [s.rstrip() for s in old], [s.rstrip() for s in new], autojunk=False)
-    for block in matcher.get_matching_blocks():
-        new[block.b:block.b + block.size] = old[block.a:block.a + block.size]
-    return "\n".join(new)
+    a = [i for i, line in enumerate(old) if line.strip()]
+    b = [j for j, line in enumerate(new) if line.strip()]
+    matcher = difflib.SequenceMatcher(None, [old[i].rstrip() for i in a], [new[j].rstrip() for j in b],
+                                      autojunk=False)
+    instead: dict[int, list[str]] = {}  # a window line -> the lines that take its place
+    before: dict[int, list[str]] = {}  # a window line -> lines inserted before it
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        lines = new[b[j1]:b[j2 - 1] + 1] if j2 > j1 else []
+        if i2 > i1:
+            instead[a[i1]] = lines
+            instead.update((a[k], []) for k in range(i1 + 1, i2))
+        else:  # inserted right after the window's previous text line
+            before[a[i1 - 1] + 1 if i1 > 0 else 0] = lines
+    out: list[str] = []
+    for i, line in enumerate(old):
+        out += before.get(i, []) + instead.get(i, [line])
+    return "\n".join(out + before.get(len(old), []))
 
 
 def language(path: str) -> str:
@@ -171,5 +188,5 @@ def predict(engine: CompletionEngine, text: str, line: int, edits: list[Edit], p
     finished = result.stats.stop_reason == "stop" or (result.stats.stop_reason == "eos" and result.text)
     if not finished:
         return Prediction(None, result.stats, None)
-    rewrite = keep_line_ends(window.text, result.text.rstrip("\n") if result.stats.stop_reason == "eos" else result.text)
+    rewrite = keep_layout(window.text, result.text.rstrip("\n") if result.stats.stop_reason == "eos" else result.text)
     return Prediction(smallest_edit(window, rewrite), result.stats, rewrite)

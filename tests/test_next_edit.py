@@ -2,7 +2,7 @@
 speculatively that is exactly plain decoding's."""
 from lsp_server.edit_history import Edit
 from lsp_server.next_edit import (
-    WINDOW_LINES, NextEdit, Position, Window, chat_prompt, instruction, keep_line_ends, predict,
+    WINDOW_LINES, NextEdit, Position, Window, chat_prompt, instruction, keep_layout, predict,
     smallest_edit, window_at)
 
 CODE = "".join(f"line{i}\n" for i in range(40))
@@ -27,8 +27,13 @@ def test_smallest_edit_in_document_coordinates_and_utf16():
     assert edit.start == Position(11, 0) and edit.text == ""
 
 
-def test_trailing_whitespace_alone_is_no_edit():
-    assert keep_line_ends("x = 1  \ny = 2", "x = 1\ny = 3") == "x = 1  \ny = 3"
+def test_blank_lines_and_trailing_whitespace_are_the_windows():
+    window = "x = 1  \n\ny = 2\n\n\nz = 3"
+    assert keep_layout(window, "x = 1\ny = 2\nz = 3") == window  # dropped blank lines: no edit
+    assert keep_layout(window, "x = 1\n\ny = 20\n\nz = 3") == "x = 1  \n\ny = 20\n\n\nz = 3"
+    assert keep_layout(window, "x = 1\ny = 2\nw = 0\n\nw += 1\nz = 3") == \
+        "x = 1  \n\ny = 2\nw = 0\n\nw += 1\n\n\nz = 3"  # an inserted block keeps its own blank line
+    assert keep_layout("a\nb", "a") == "a" and keep_layout("a", "b\na") == "b\na"
 
 
 def test_the_prompt_holds_the_edits_the_window_and_the_answer_start(fp32_engine):

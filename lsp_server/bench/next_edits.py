@@ -1,0 +1,111 @@
+"""The next-edit workload: real edits (bench/edit_cases.py) put to the prediction as the server
+makes it (lsp_server/next_edit.py), scored and timed.
+
+Per case: was the next edit exactly right (it makes the next hunk of the newer release, and
+every other change it makes is a hunk of that release too); the edit similarity, against the
+release, of the lines either changed in the window; for no-edit-due cases, was an edit shown;
+the wall time of the prediction (its prompt shares little with the one before: about a cold
+prefill, as at a new spot) and the rewrite's tokens per target pass.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+from engine.api import CompletionEngine
+from lsp_server.bench.edit_cases import EditCase, Hunk, apply, hunks
+from lsp_server.bench.quality import edit_similarity
+from lsp_server.edit_history import changed_span
+from lsp_server.next_edit import NextEdit, predict, window_at
+
+
+@dataclass(frozen=True)
+class EditResult:
+    name: str
+    due: bool  # an edit was due
+    shown: bool  # an edit was proposed
+    exact: bool  # due and exactly right, or not due and none shown
+    similarity: float  # of the changed region (due cases)
+    seconds: float
+    tokens_per_pass: float
+    new_tokens: int
+
+
+def apply_edit(text: str, edit: NextEdit) -> str:
+    lines = text.split("\n")
+
+    def offset(line: int, units: int) -> int:
+        head = lines[line].encode("utf-16-le")[:2 * units].decode("utf-16-le", errors="ignore")
+        return sum(len(s) + 1 for s in lines[:line]) + len(head)
+
+    return text[:offset(edit.start.line, edit.start.character)] + edit.text + text[offset(edit.end.line, edit.end.character):]
+
+
+def region_similarity(text: str, predicted: str, expected: str) -> float:
+    """Edit similarity of the whole lines that either document changed."""
+    spans = [changed_span(text, other) for other in (predicted, expected) if other != text]
+    if not spans:
+        return 1.0
+    start = text.rfind("\n", 0, min(s[0] for s in spans)) + 1
+    tail = min(len(text) - s[1] for s in spans)
+    end = text.find("\n", len(text) - tail)
+    tail = 0 if end < 0 else len(text) - end
+    return edit_similarity(predicted[start:len(predicted) - tail], expected[start:len(expected) - tail])
+
+
+def is_next_edit(case: EditCase, after: str) -> bool:
+    """`after` makes the case's next edit, and nothing the release does not make."""
+    text = case.text.split("\n")
+    made, due = hunks(text, after.split("\n")), set(hunks(text, case.release.split("\n")))
+    return any(h.a1 == case.next_line for h in made) and all(h in due for h in made)
+
+
+def window_release(case: EditCase) -> str:
+    """The case's text with the release's hunks inside the model's window made."""
+    window = window_at(case.text, case.line)
+    end = window.first + window.text.count("\n") + 1
+    text = case.text.split("\n")
+    inside: list[Hunk] = [h for h in hunks(text, case.release.split("\n")) if window.first <= h.a1 and h.a2 <= end]
+    return "\n".join(apply(text, inside))
+
+
+def score_case(engine: CompletionEngine, case: EditCase, mode: str) -> EditResult:
+    engine.set_document(case.name, case.text)
+    started = time.perf_counter()
+    prediction = predict(engine, case.text, case.line, list(case.edits), case.path, mode)
+    seconds = time.perf_counter() - started
+    engine.remove_document(case.name)
+    after = case.text if prediction.edit is None else apply_edit(case.text, prediction.edit)
+    due = case.next_line is not None
+    exact = is_next_edit(case, after) if due else prediction.edit is None
+    similarity = region_similarity(case.text, after, window_release(case)) if due else float(not prediction.edit)
+    stats = prediction.stats
+    return EditResult(case.name, due, prediction.edit is not None, exact, similarity, seconds,
+                      stats.tokens_per_pass, stats.new_tokens)
+
+
+def summarize(results: list[EditResult]) -> dict:
+    due = [r for r in results if r.due]
+    none_due = [r for r in results if not r.due]
+    passes = [r for r in results if r.new_tokens]
+    return {
+        "repeated_cases": len(due),
+        "exact_next_edit": sum(r.exact for r in due) / len(due) if due else None,
+        "edit_similarity": statistics.mean(r.similarity for r in due) if due else None,
+        "no_edit_due_cases": len(none_due),
+        "shown_when_none_due": sum(r.shown for r in none_due) / len(none_due) if none_due else None,
+        "p50_s": statistics.median(r.seconds for r in results) if results else None,
+        "tokens_per_target_pass": (sum(r.new_tokens for r in passes) / sum(r.new_tokens / r.tokens_per_pass for r in passes)
+                                   if passes else None),
+    }
+
+
+def format_summary(numbers: dict) -> str:
+    def pct(x):
+        return "-" if x is None else f"{x:.0%}"
+
+    return (f"next edit: {numbers['repeated_cases']} repeated-edit cases, exact {pct(numbers['exact_next_edit'])}, "
+            f"edit similarity {numbers['edit_similarity'] or 0:.2f}; {numbers['no_edit_due_cases']} no-edit-due cases, "
+            f"an edit shown in {pct(numbers['shown_when_none_due'])}; p50 {numbers['p50_s'] or 0:.1f} s; "
+            f"{numbers['tokens_per_target_pass'] or 0:.2f} tokens per target pass")
