@@ -20,6 +20,7 @@ from pathlib import Path
 
 from engine.api import MODES
 from engine.errors import EngineError
+from lsp_server.bench import next_edits
 from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwidth_gb_s
 from lsp_server.bench.peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
 from lsp_server.bench.report import format_table, plot, summarize, write_json
@@ -57,6 +58,9 @@ def add_parser(sub) -> None:
                         "server's suggestion path, in every mode")
     p.add_argument("--context", choices=("repo", "none", "both"), default="both",
                    help="with --quality: with the repository context, without it, or both (default)")
+    p.add_argument("--next-edit", action="append", default=[], metavar="PACKAGE==OLD,NEW",
+                   help="instead, the next-edit workload: real repeated edits between two releases of a package "
+                        "(sdists fetched with pip), --tasks of them and as many no-edit-due cases")
     p.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     p.add_argument("--plot", type=Path, default=None, help="draw latency per mode to this .png")
 
@@ -138,6 +142,8 @@ def _model_path(args: argparse.Namespace) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.next_edit:
+        return next_edits.run(args)
     if args.tasks < 0 or args.quality < 0 or args.max_new_tokens < 1 or args.tasks + args.quality == 0:
         raise _fail("--tasks and --quality must be at least 0, one of them positive; --max-new-tokens at least 1")
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:

@@ -9,15 +9,26 @@ prefill, as at a new spot) and the rewrite's tokens per target pass.
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
+import random
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine.api import CompletionEngine
-from lsp_server.bench.edit_cases import EditCase, Hunk, apply, hunks
+from engine.errors import EngineError
+from engine.user_cache import cache_dir
+from lsp_server.bench.edit_cases import EditCase, Hunk, apply, hunks, sdist_cases
 from lsp_server.bench.quality import edit_similarity
 from lsp_server.edit_history import changed_span
+from lsp_server.engines import open_engine
 from lsp_server.next_edit import NextEdit, predict, window_at
+from lsp_server.options import BY_NAME, model_settings
 
 
 @dataclass(frozen=True)
@@ -109,3 +120,61 @@ def format_summary(numbers: dict) -> str:
             f"edit similarity {numbers['edit_similarity'] or 0:.2f}; {numbers['no_edit_due_cases']} no-edit-due cases, "
             f"an edit shown in {pct(numbers['shown_when_none_due'])}; p50 {numbers['p50_s'] or 0:.1f} s; "
             f"{numbers['tokens_per_target_pass'] or 0:.2f} tokens per target pass")
+
+
+def fetch_sdists(spec: str) -> tuple[Path, Path]:
+    """The two sdists `spec` names ("package==OLD,NEW"), downloaded once with pip into the user
+    cache (no code of theirs is run: only their files are read)."""
+    package, _, versions = spec.partition("==")
+    old, _, new = versions.partition(",")
+    if not (package and old and new):
+        raise SystemExit(f"lsp_server bench: --next-edit {spec!r}: expected PACKAGE==OLD,NEW")
+    folder = cache_dir("sdists")
+    found = []
+    for version in (old, new):
+        wanted = f"{package}=={version}"
+        have = _sdist_in(folder, package, version)
+        if have is None:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                            wanted, "-d", str(folder)], check=False, stdout=subprocess.DEVNULL)
+            have = _sdist_in(folder, package, version)
+        if have is None:
+            raise SystemExit(f"lsp_server bench: cannot download the sdist of {wanted}")
+        found.append(have)
+    return found[0], found[1]
+
+
+def _sdist_in(folder: Path, package: str, version: str) -> Path | None:
+    names = {package.lower().replace("-", "_"), package.lower()}
+    for path in folder.glob("*.tar.gz"):
+        name, _, have = path.name.removesuffix(".tar.gz").rpartition("-")
+        if have == version and name.lower().replace("-", "_") in names | {n.replace("-", "_") for n in names}:
+            return path
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """`bench --next-edit PACKAGE==OLD,NEW ...`: the next-edit workload alone."""
+    repeated, none_due = [], []
+    for spec in args.next_edit:
+        r, n = sdist_cases(*fetch_sdists(spec))
+        repeated += r
+        none_due += n
+    rng = random.Random(args.seed)
+    cases = [c for group in (repeated, none_due) for c in rng.sample(group, min(args.tasks, len(group)))]
+    try:
+        engine = open_engine(model_settings(args))
+        if engine.problem:
+            raise EngineError(engine.problem)
+    except EngineError as exc:
+        raise SystemExit(f"lsp_server bench: {exc}") from None
+    mode = BY_NAME["mode"].default
+    results = []
+    for i, case in enumerate(cases, 1):
+        results.append(score_case(engine, case, mode))
+        print(f"lsp_server bench: next edit {i}/{len(cases)} {case.name}", file=sys.stderr)
+    numbers = summarize(results) | {"mode": mode, "cases": [dataclasses.asdict(r) for r in results]}
+    sys.stdout.write(format_summary(numbers) + "\n")  # the report is the command's output
+    if args.json is not None:
+        args.json.write_text(json.dumps(numbers, indent=1) + "\n")
+    return 0
