@@ -5,7 +5,7 @@ import tarfile
 from pathlib import Path
 
 from lsp_server.bench.edit_cases import sdist_cases
-from lsp_server.bench.next_edits import apply_edit, is_next_edit, region_similarity, window_release
+from lsp_server.bench.next_edits import apply_edit, is_next_edit, is_right, region_similarity, window_release
 from lsp_server.next_edit import NextEdit, Position
 
 OLD = "\n".join(["import os", "", "def a(path):", "    return os.path.join(path, 'a')", "",
@@ -40,7 +40,8 @@ def test_cases_from_two_releases(tmp_path):
     assert is_next_edit(case, window_release(case))
     assert is_next_edit(case, case.text.replace("os.path.join(path, 'b')", "join_path(path, 'b')"))
     assert not is_next_edit(case, case.text)
-    assert not is_next_edit(case, case.text.replace("os.path.join(path, 'c')", "join_path(path, 'c')"))
+    only_c = case.text.replace("os.path.join(path, 'c')", "join_path(path, 'c')")
+    assert not is_next_edit(case, only_c) and is_right(case, only_c)  # right, but not the next one
     assert not is_next_edit(case, window_release(case).replace("import os", "import os.path"))
     assert region_similarity(case.text, window_release(case), window_release(case)) == 1.0
     assert 0 < region_similarity(case.text, case.text, window_release(case)) < 1

@@ -2,7 +2,9 @@
 makes it (lsp_server/next_edit.py), scored and timed.
 
 Per case: was the next edit exactly right (it makes the next hunk of the newer release, and
-every other change it makes is a hunk of that release too); the edit similarity, against the
+every other change it makes is a hunk of that release too); was it at least right (only
+hunks of the release, not the next one: an earlier spot, or a change of another kind nearby);
+the edit similarity, against the
 release, of the lines either changed in the window; for no-edit-due cases, was an edit shown;
 the wall time of the prediction (its prompt shares little with the one before: about a cold
 prefill, as at a new spot) and the rewrite's tokens per target pass.
@@ -37,6 +39,7 @@ class EditResult:
     due: bool  # an edit was due
     shown: bool  # an edit was proposed
     exact: bool  # due and exactly right, or not due and none shown
+    right: bool  # due, and every change it makes is one the release makes (the next one or another)
     similarity: float  # of the changed region (due cases)
     seconds: float
     tokens_per_pass: float
@@ -67,9 +70,15 @@ def region_similarity(text: str, predicted: str, expected: str) -> float:
 
 def is_next_edit(case: EditCase, after: str) -> bool:
     """`after` makes the case's next edit, and nothing the release does not make."""
+    made = hunks(case.text.split("\n"), after.split("\n"))
+    return any(h.a1 == case.next_line for h in made) and is_right(case, after)
+
+
+def is_right(case: EditCase, after: str) -> bool:
+    """`after` changes the text, and only as the release does."""
     text = case.text.split("\n")
     made, due = hunks(text, after.split("\n")), set(hunks(text, case.release.split("\n")))
-    return any(h.a1 == case.next_line for h in made) and all(h in due for h in made)
+    return bool(made) and all(h in due for h in made)
 
 
 def window_release(case: EditCase) -> str:
@@ -90,9 +99,10 @@ def score_case(engine: CompletionEngine, case: EditCase, mode: str) -> EditResul
     after = case.text if prediction.edit is None else apply_edit(case.text, prediction.edit)
     due = case.next_line is not None
     exact = is_next_edit(case, after) if due else prediction.edit is None
+    right = due and is_right(case, after)
     similarity = region_similarity(case.text, after, window_release(case)) if due else float(not prediction.edit)
     stats = prediction.stats
-    return EditResult(case.name, due, prediction.edit is not None, exact, similarity, seconds,
+    return EditResult(case.name, due, prediction.edit is not None, exact, right, similarity, seconds,
                       stats.tokens_per_pass, stats.new_tokens)
 
 
@@ -103,6 +113,7 @@ def summarize(results: list[EditResult]) -> dict:
     return {
         "repeated_cases": len(due),
         "exact_next_edit": sum(r.exact for r in due) / len(due) if due else None,
+        "right_edit": sum(r.right for r in due) / len(due) if due else None,
         "edit_similarity": statistics.mean(r.similarity for r in due) if due else None,
         "no_edit_due_cases": len(none_due),
         "shown_when_none_due": sum(r.shown for r in none_due) / len(none_due) if none_due else None,
@@ -116,7 +127,8 @@ def format_summary(numbers: dict) -> str:
     def pct(x):
         return "-" if x is None else f"{x:.0%}"
 
-    return (f"next edit: {numbers['repeated_cases']} repeated-edit cases, exact {pct(numbers['exact_next_edit'])}, "
+    return (f"next edit: {numbers['repeated_cases']} repeated-edit cases, exact {pct(numbers['exact_next_edit'])} "
+            f"(an edit the release makes: {pct(numbers['right_edit'])}), "
             f"edit similarity {numbers['edit_similarity'] or 0:.2f}; {numbers['no_edit_due_cases']} no-edit-due cases, "
             f"an edit shown in {pct(numbers['shown_when_none_due'])}; p50 {numbers['p50_s'] or 0:.1f} s; "
             f"{numbers['tokens_per_target_pass'] or 0:.2f} tokens per target pass")
