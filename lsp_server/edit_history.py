@@ -61,6 +61,28 @@ def _longest(equal: Callable[[int], bool], limit: int) -> int:
     return low
 
 
+# An LSP range: (start line, start character, end line, end character), characters in UTF-16 units.
+Range = tuple[int, int, int, int]
+
+
+def _offsets(text: str, where: Range) -> tuple[int, int] | None:
+    """The string offsets of an LSP range of `text`, or None when it lies outside."""
+    out = []
+    for line, units in (where[:2], where[2:]):
+        start = 0
+        for _ in range(line):
+            start = text.find("\n", start) + 1
+            if start == 0:
+                return None
+        end = text.find("\n", start)
+        content = text[start:len(text) if end < 0 else end]
+        cut = content.encode("utf-16-le")[:2 * units].decode("utf-16-le", errors="ignore")
+        if len(cut.encode("utf-16-le")) != 2 * units:
+            return None
+        out.append(start + len(cut))
+    return (out[0], out[1]) if out[0] <= out[1] else None
+
+
 def _ordinary(text: str) -> bool:
     return len(text) <= MAX_DOCUMENT_CHARS and "\0" not in text
 
@@ -78,6 +100,11 @@ class EditHistory:
     def __init__(self, text: str):
         self._text: str | None = text if _ordinary(text) else None
         self._spans: list[_Span] = []  # oldest first
+
+    @property
+    def text(self) -> str | None:
+        """The text as last seen (None: too large or binary, not kept)."""
+        return self._text
 
     def update(self, text: str) -> None:
         """The document's text is now `text`."""
@@ -132,12 +159,20 @@ class EditHistories:
         while len(self._by_uri) > MAX_DOCUMENTS:
             del self._by_uri[next(iter(self._by_uri))]
 
-    def changed(self, uri: str, text: str) -> None:
+    def changed(self, uri: str, text: str, changes: list[tuple[Range | None, str]] = ()) -> None:
+        """The document is now `text`, after `changes` (each a range replaced, or None for the
+        whole text): each is an edit of its own, though an editor sends several at once."""
         history = self._by_uri.pop(uri, None)
         if history is None:
             self.opened(uri, text)  # its first change is not known: history starts now
             return
-        history.update(text)
+        for where, new in changes:
+            current = history.text
+            span = None if where is None or current is None else _offsets(current, where)
+            if span is None:
+                break
+            history.update(current[:span[0]] + new + current[span[1]:])
+        history.update(text)  # the editor's text wins where the changes did not lead to it
         self._by_uri[uri] = history  # most recently changed last
 
     def closed(self, uri: str) -> None:

@@ -4,10 +4,14 @@ cursor.
     recent edits (lsp_server/edit_history.py) + a window of lines around the cursor
       -> a chat prompt: the edits as before/after blocks, then "make the same kind of change
          wherever it is still needed in the following code; reply with the whole code block",
-         the window, and the answer's opening fence already written
+         the window as it was before the last edit (the model makes that one again, like the
+         others: it then goes on to the others far more often than when it is shown done),
+         and the answer's opening fence already written
       -> the model rewrites the window (greedy, speculative: prompt lookup drafts the window's
-         lines from the prompt, so a mostly copied rewrite takes few passes; exact as always)
-      -> the smallest edit turning the window into the rewrite; an unchanged window: none
+         lines from the prompt, so a mostly copied rewrite takes few passes; exact as always),
+         until its first change beyond the user's own is made and two lines are copied again
+      -> its changes but the user's own, made on the current window; the smallest edit that
+         turns the window into that; an unchanged window: none
 
 The plain chat instruction measured far better on Qwen2.5-Coder-1.5B-Instruct than Qwen's raw
 repository format (`<|file_sep|>` blocks), which it kept writing past the window's end.
@@ -27,6 +31,9 @@ from lsp_server.edit_history import Edit, changed_span
 WINDOW_ABOVE = 5  # lines of the window above the cursor's line
 WINDOW_LINES = 20  # lines in the window
 PROMPT_EDITS = 3  # the most recent edits shown to the model
+# Window lines copied again after the rewrite's first change that end it: the next edit is the
+# first change (the one after it comes with the next request), and the rest costs no passes.
+RESYNC_LINES = 2
 FENCE = "```"
 SYSTEM = "You are a helpful coding assistant."
 ASK = ("Make the same kind of change wherever it is still needed in the following code; "
@@ -81,6 +88,71 @@ def window_at(text: str, line: int) -> Window:
     while end > first and not lines[end - 1].strip():
         end -= 1
     return Window(first, "\n".join(lines[first:end]))
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The window as the model is shown it."""
+    text: str
+    # Lines of `text` the user's recent edits made (the last one there undone): the model's
+    # changes to them are never proposed (that edit made again, or undone).
+    edited: tuple[tuple[int, int], ...]
+    undone: tuple[int, int] | None  # the last edit's lines, undone, where it lies inside
+
+
+def shown_window(window: Window, edits: list[Edit]) -> Shown:
+    """The window with the last of `edits` undone where it lies wholly inside, and the lines
+    every edit inside it spans."""
+    lines = window.text.split("\n")
+
+    def span(edit: Edit) -> tuple[int, int] | None:
+        start, count = edit.line - window.first, edit.after.count("\n") + 1
+        inside = start >= 0 and lines[start:start + count] == edit.after.split("\n")
+        return (start, start + count) if inside else None
+
+    *earlier, last = edits
+    where = span(last)
+    shift = 0 if where is None else last.before.count("\n") - last.after.count("\n")
+    edited = tuple((a + shift, b + shift) if where and a >= where[1] else (a, b)
+                   for a, b in filter(None, map(span, earlier)) if not (where and a < where[1] and b > where[0]))
+    if where is None:
+        return Shown(window.text, edited, None)
+    before = last.before.split("\n")
+    undone = (where[0], where[0] + len(before))
+    return Shown("\n".join(lines[:where[0]] + before + lines[where[1]:]), (*edited, undone), undone)
+
+
+def _touches(edited: tuple[tuple[int, int], ...], i1: int, i2: int) -> bool:
+    """Whether lines [i1, i2) (an insertion where i1 == i2) touch one of the `edited` spans."""
+    return any((i1 < end and i2 > first) or (i1 == i2 and first <= i1 <= end) for first, end in edited)
+
+
+def _line_changes(old: list[str], new: list[str]) -> list[tuple[int, int, int, int]]:
+    """old[i1:i2] became new[j1:j2], for each change; a block of lines replaced one for one
+    counts line by line (so that one of them touching the user's edit drops only itself)."""
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "replace" and i2 - i1 == j2 - j1:
+            out += [(i, i + 1, j1 + i - i1, j1 + i - i1 + 1) for i in range(i1, i2)]
+        elif tag != "equal":
+            out.append((i1, i2, j1, j2))
+    return out
+
+
+def onto_window(shown: Shown, rewrite: str, window: str) -> str:
+    """The rewrite of the shown window turned into one of the current `window`: the model's
+    changes but those to the lines the user's recent edits made."""
+    old, new, current = shown.text.split("\n"), rewrite.split("\n"), window.split("\n")
+    undone_at = len(old) if shown.undone is None else shown.undone[1]  # lines after it shift
+    shift = len(current) - len(old)
+    out, at = [], 0  # `at`: the current window's next line to copy
+    for i1, i2, j1, j2 in _line_changes(old, new):
+        if _touches(shown.edited, i1, i2):
+            continue
+        c1, c2 = (i1, i2) if i1 < undone_at else (i1 + shift, i2 + shift)
+        out += current[at:c1] + new[j1:j2]
+        at = c2
+    return "\n".join(out + current[at:])
 
 
 def keep_layout(window: str, rewrite: str) -> str:
@@ -155,6 +227,65 @@ def _closing_fence(text: str) -> int | None:
     return None if at < 0 else at
 
 
+def _text_lines(lines: list[str]) -> list[tuple[int, str]]:
+    """(index, text without trailing whitespace) of the lines that are not blank."""
+    return [(i, line.rstrip()) for i, line in enumerate(lines) if line.strip()]
+
+
+@dataclass(frozen=True)
+class Resync:
+    """Where a rewrite copies the window again after its first change."""
+    cut: int  # the rewrite's text up to here is kept (it ends with a newline)
+    resume: int  # the window's lines from here on follow it
+
+
+def first_change_end(window: str, text: str, edited: tuple[tuple[int, int], ...] = ()) -> Resync | None:
+    """Once the rewrite `text` has changed the window and then copied RESYNC_LINES of its lines
+    again, its first change is made: the rest of the window is taken as it is. Blank lines and
+    trailing whitespace aside (keep_layout restores them); a change only to the `edited` lines
+    (the user's own edits) does not count. The earliest such point, so that a longer text never
+    undoes it."""
+    old = _text_lines(window.split("\n"))
+    lines = text.split("\n")[:-1]  # the complete lines
+    new = _text_lines(lines)
+    k, i = 0, 0  # aligned positions in new and old
+    while True:
+        while k < len(new) and i < len(old) and new[k][1] == old[i][1]:
+            k, i = k + 1, i + 1
+        resync = _resync(old, new, k, i)
+        if resync is None:
+            return None
+        n, j = resync
+        start = old[i][0] if i < len(old) else window.count("\n") + 1
+        if not any(first <= start and old[j][0] <= max(end, start) for first, end in edited):
+            last = new[n - 1][0]  # the raw line that completed the copied lines
+            return Resync(sum(len(line) + 1 for line in lines[:last + 1]), old[j + RESYNC_LINES - 1][0] + 1)
+        k, i = n, j + RESYNC_LINES
+
+
+def _resync(old: list[tuple[int, str]], new: list[tuple[int, str]], k: int, i: int) -> tuple[int, int] | None:
+    """After a change at new[k] / old[i]: the first n where new[n - RESYNC_LINES:n] copies
+    old[j:j + RESYNC_LINES] for some j >= i (the smallest), as (n, j); None before that."""
+    for n in range(k + RESYNC_LINES, len(new) + 1):  # a deletion resyncs on its first line
+        tail = [line for _, line in new[n - RESYNC_LINES:n]]
+        for j in range(i, len(old) - RESYNC_LINES + 1):
+            if [line for _, line in old[j:j + RESYNC_LINES]] == tail:
+                return n, j
+    return None
+
+
+def _rewrite_stop(shown: Shown):
+    """The rewrite's stop rule: its closing fence, or the window copied again after a change
+    other than the user's own edit made again."""
+    def stop(text: str) -> int | None:
+        fence = _closing_fence(text)
+        resync = first_change_end(shown.text, text, shown.edited)
+        if resync is not None and (fence is None or resync.cut <= fence):
+            return resync.cut
+        return fence
+    return stop
+
+
 def _utf16(s: str) -> int:
     return len(s.encode("utf-16-le")) // 2
 
@@ -182,11 +313,16 @@ def predict(engine: CompletionEngine, text: str, line: int, edits: list[Edit], p
     if not edits or not window.text.strip():
         return Prediction(None, Stats(), None)
     lang = language(path)
-    prompt = chat_prompt(engine.tokenizer, instruction(edits, window.text, lang), f"{FENCE}{lang}\n")
-    room = len(engine.tokenizer.encode(window.text)) * 3 // 2 + 32  # the window, changed a little
-    result = engine.complete(prompt, Request(min(room, 1024), _closing_fence, cancel=cancel, heal=False), mode)
+    shown = shown_window(window, edits)
+    prompt = chat_prompt(engine.tokenizer, instruction(edits, shown.text, lang), f"{FENCE}{lang}\n")
+    room = len(engine.tokenizer.encode(shown.text)) * 3 // 2 + 32  # the window, changed a little
+    result = engine.complete(prompt, Request(min(room, 1024), _rewrite_stop(shown), cancel=cancel, heal=False),
+                             mode)
     finished = result.stats.stop_reason == "stop" or (result.stats.stop_reason == "eos" and result.text)
     if not finished:
         return Prediction(None, result.stats, None)
-    rewrite = keep_layout(window.text, result.text.rstrip("\n") if result.stats.stop_reason == "eos" else result.text)
+    text = result.text.rstrip("\n") if result.stats.stop_reason == "eos" else result.text
+    if (resync := first_change_end(shown.text, text, shown.edited)) is not None:  # the first change made
+        text = text[:resync.cut] + "\n".join(shown.text.split("\n")[resync.resume:])  # the rest as it was
+    rewrite = onto_window(shown, keep_layout(shown.text, text.removesuffix("\n")), window.text)
     return Prediction(smallest_edit(window, rewrite), result.stats, rewrite)

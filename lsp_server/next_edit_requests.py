@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Sequence
 
+from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 from engine.api import CompletionEngine
@@ -65,9 +67,13 @@ class NextEdits:
     def opened(self, uri: str, text: str) -> None:
         self.histories.opened(uri, text)
 
-    def changed(self, uri: str, text: str) -> None:
-        """Typing: the document's history grows and its prediction in flight is cancelled."""
-        self.histories.changed(uri, text)
+    def changed(self, uri: str, text: str, changes: Sequence[types.TextDocumentContentChangeEvent]) -> None:
+        """Typing: the document's history grows (by each change the editor sent) and its
+        prediction in flight is cancelled."""
+        self.histories.changed(uri, text, [
+            (None, c.text) if isinstance(c, types.TextDocumentContentChangeWholeDocument) else
+            ((c.range.start.line, c.range.start.character, c.range.end.line, c.range.end.character), c.text)
+            for c in changes])
         self._cancel(uri)
 
     def closed(self, uri: str) -> None:

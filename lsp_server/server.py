@@ -318,7 +318,7 @@ def did_change(ls: DraftlineServer, params: types.DidChangeTextDocumentParams) -
             first = change.range.start.line
             ls.repository.edited(ls._name(uri), first, first + change.text.count("\n"))
     if (doc := ls.workspace.text_documents.get(uri)) is not None:
-        ls.next_edits.changed(uri, doc.source)
+        ls.next_edits.changed(uri, doc.source, params.content_changes)
     ls.index_later(uri)
 
 

@@ -104,3 +104,19 @@ def test_edits_between_two_versions_of_a_file():
     assert edits == [Edit("    return w * h", "    return float(w * h)", 1),
                      Edit("def volume(w, h, d):", "def volume(w, h, d):\n    assert d >= 0", 4)]
     assert edits_between(CODE, CODE) == []
+
+
+def test_several_changes_sent_at_once_are_separate_edits():
+    histories = EditHistories()
+    histories.opened("a", CODE)
+    after = CODE.replace("area(w, h):\n    return w * h", "area(width, h):\n    return width * h")
+    # Two changes in one notification (Neovim batches a tick's changes), UTF-16 ranges.
+    histories.changed("a", after, [((0, 9, 0, 10), "width"), ((1, 11, 1, 12), "width")])
+    assert [e.line for e in histories.edits("a")] == [0, 1]
+    # A range outside the text, or changes that do not lead to the editor's text: its text wins.
+    histories.changed("a", after + "x", [((99, 0, 99, 0), "y")])
+    assert histories.edits("a")[-1].after.endswith("x")
+    emoji = "s = '😀'\n"
+    histories.opened("b", emoji)
+    histories.changed("b", "s = '😀!'\n", [((0, 7, 0, 7), "!")])  # after the emoji: 2 units
+    assert histories.edits("b") == [Edit("s = '😀'", "s = '😀!'", 0)]

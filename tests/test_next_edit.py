@@ -2,8 +2,8 @@
 speculatively that is exactly plain decoding's."""
 from lsp_server.edit_history import Edit
 from lsp_server.next_edit import (
-    WINDOW_LINES, NextEdit, Position, Window, chat_prompt, instruction, keep_layout, predict,
-    smallest_edit, window_at)
+    WINDOW_LINES, NextEdit, Position, Shown, Window, chat_prompt, first_change_end, instruction, keep_layout,
+    onto_window, predict, shown_window, smallest_edit, window_at)
 
 CODE = "".join(f"line{i}\n" for i in range(40))
 RENAME = Edit("def area(width, height):", "def area(w, h):", 0)
@@ -56,3 +56,50 @@ def test_the_speculative_rewrite_is_plain_decodings(fp32_engine):
     plain = predict(fp32_engine, code, 1, [RENAME], "shapes.py", "ar")
     assert spec.rewrite is not None and spec.rewrite == plain.rewrite and spec.edit == plain.edit
     assert spec.stats.target_passes < plain.stats.target_passes  # the window's lines come from lookup
+
+
+def test_the_rewrite_ends_once_it_copies_the_window_again_after_a_change():
+    window = "a = 1\nb = 2\n\nc = 3\nd = 4\ne = 5\nf = 6"
+
+    def finished(text):
+        end = first_change_end(window, text)
+        return end and text[:end.cut] + "\n".join(window.split("\n")[end.resume:])
+
+    assert finished("a = 1\nb = 2\n\nc = 3\n") is None  # no change yet
+    assert finished("a = 1\nB = 2\n\nc = 3\n") is None  # not yet two lines copied again
+    assert finished("a = 1\nB = 2\n\nc = 3\nd = 4\ne") == "a = 1\nB = 2\n\nc = 3\nd = 4\ne = 5\nf = 6"
+    assert finished("a = 1\nb = 2\nX\nc = 3\nd = 4\n") == "a = 1\nb = 2\nX\nc = 3\nd = 4\ne = 5\nf = 6"
+    assert finished("a = 1\nd = 4\ne = 5\n") == "a = 1\nd = 4\ne = 5\nf = 6"  # lines deleted
+    assert finished("a = 1\nb = 2\nc = 3  \nd = 4\ne = 5\n") is None  # blank lines and trailing spaces aside
+    longer = "a = 1\nB = 2\n\nc = 3\nd = 4\nE = 5\nf = 6\n"  # a later change does not undo the first end
+    assert first_change_end(window, longer) == first_change_end(window, "a = 1\nB = 2\n\nc = 3\nd = 4\n")
+
+
+def test_the_model_is_shown_the_window_before_the_last_edit_and_its_redo_is_dropped():
+    window = Window(10, "def f(w, h):\n    return w * h\n\ndef g(width):\n    return width")
+    edit = Edit("def f(width, height):\n    return width * height", "def f(w, h):\n    return w * h", 10)
+    shown = shown_window(window, [edit])
+    assert shown.text == "def f(width, height):\n    return width * height\n\ndef g(width):\n    return width"
+    assert shown.undone == (0, 2) and shown.edited == ((0, 2),)
+    # The model makes the user's edit again (or differently) and the next one: only the next one counts.
+    rewrite = "def f(w, height):\n    return w * height\n\ndef g(w):\n    return w"
+    assert onto_window(shown, rewrite, window.text) == "def f(w, h):\n    return w * h\n\ndef g(w):\n    return w"
+    assert onto_window(shown, shown.text, window.text) == window.text  # nothing but the undo: no edit
+    elsewhere = Edit("x = 1", "x = 2", 3)  # not inside the window: shown as it is
+    assert shown_window(window, [elsewhere]) == Shown(window.text, (), None)
+
+
+def test_earlier_edits_are_never_undone_and_lines_after_an_undone_edit_shift():
+    window = Window(0, "x.add(1)\nx.add(2)\nx.append(3)\nx.append(4)")
+    edits = [Edit("x.append(1)", "x.add(1)", 0), Edit("x.append(2)", "x.add(2)", 1)]
+    shown = shown_window(window, edits)
+    assert shown.text == "x.add(1)\nx.append(2)\nx.append(3)\nx.append(4)" and shown.edited == ((0, 1), (1, 2))
+    reverted = "x.append(1)\nx.append(2)\nx.append(3)\nx.append(4)"  # the model undoes the first edit
+    assert onto_window(shown, reverted, window.text) == window.text
+    assert onto_window(shown, "x.add(1)\nx.add(2)\nx.add(3)\nx.append(4)", window.text) == \
+        "x.add(1)\nx.add(2)\nx.add(3)\nx.append(4)"
+    # An edit that added a line: undone, the window is a line shorter; changes below land right.
+    grown = Window(0, "a(1)\n# note\nb(2)\nc(3)")
+    shown = shown_window(grown, [Edit("a(1)", "a(1)\n# note", 0)])
+    assert shown.text == "a(1)\nb(2)\nc(3)" and shown.undone == (0, 1)
+    assert onto_window(shown, "a(1)\nb(2)\nc(30)", grown.text) == "a(1)\n# note\nb(2)\nc(30)"

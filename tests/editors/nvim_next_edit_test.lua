@@ -18,20 +18,24 @@ end
 local function run()
   local dir = vim.fn.tempname()
   vim.fn.mkdir(dir, 'p')
-  vim.cmd.edit(dir .. '/shapes.py')
-  local bufnr = vim.api.nvim_get_current_buf()
-  vim.api.nvim_buf_set_lines(bufnr, 0, -1, true, {
+  -- On disk first: the server's edit history starts from the opened text.
+  vim.fn.writefile({
     'def area(width, height):',
     '    return width * height',
     '',
     '',
     'def perimeter(width, height):',
     '    return 2 * (width + height)',
-  })
+  }, dir .. '/shapes.py')
+  vim.cmd.edit(dir .. '/shapes.py')
+  local bufnr = vim.api.nvim_get_current_buf()
   wait_until('the server to attach', function() return #vim.lsp.get_clients({ name = 'draftline', bufnr = bufnr }) > 0 end)
   wait_until('the model to load', function() return (draftline.status() or {}).state == 'ready' end, TIMEOUT_MS)
 
-  feed(':1,2s/width/w/g<CR>:1,2s/height/h/g<CR>')
+  -- Two edits, one per line, as a user renames the parameters of the first function.
+  vim.api.nvim_buf_set_text(bufnr, 0, 9, 0, 22, { 'w, h' })
+  vim.api.nvim_buf_set_text(bufnr, 1, 11, 1, 25, { 'w * h' })
+  vim.api.nvim_win_set_cursor(0, { 2, 4 })
   wait_until('the preview', function() return preview(bufnr) end, 90000)
   feed('<Esc>')
   wait_until('Esc to dismiss it', function() return not preview(bufnr) end)
