@@ -19,6 +19,7 @@ repository format (`<|file_sep|>` blocks), which it kept writing past the window
 from __future__ import annotations
 
 import difflib
+import functools
 import threading
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -199,9 +200,10 @@ def instruction(edits: list[Edit], window: str, lang: str) -> str:
     return f"{said}\n{pairs}\n\n{ASK}\n{_block(lang, window)}"
 
 
+@functools.lru_cache(maxsize=4)
 def _control_ids(tokenizer: Tokenizer, names: tuple[str, ...]) -> list[int] | None:
     """The ids of control tokens known by their text (they decode to nothing), or None when
-    the vocabulary lacks one."""
+    the vocabulary lacks one. Found once per tokenizer."""
     found = {tokenizer.id_to_token(i): i for i, t in enumerate(tokenizer.token_texts()) if t == ""}
     ids = [found.get(name) for name in names]
     return None if None in ids else ids

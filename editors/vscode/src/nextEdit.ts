@@ -74,7 +74,7 @@ export class NextEdits implements vscode.Disposable {
     const version = document.version;
     const edit = await c.sendRequest<NextEdit | null>(NEXT_EDIT, {
       textDocument: { uri: c.code2ProtocolConverter.asUri(document.uri) },
-      position: editor.selection.active,
+      position: c.code2ProtocolConverter.asPosition(editor.selection.active),
       version,
     });
     if (!edit || edit.version !== document.version || vscode.window.activeTextEditor !== editor) {
