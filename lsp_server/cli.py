@@ -1,4 +1,4 @@
-"""`lsp_server`: the stdio language server (`--stdio`), `complete`, `fetch` and `bench`."""
+"""`lsp_server`: the stdio language server (`--stdio`), `complete`, `edit`, `fetch` and `bench`."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from lsp_server import bench
+from lsp_server import bench, edit_command
 from lsp_server.options import BY_NAME, add_mode_argument, add_model_arguments, model_settings
 
 
@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     add_model_arguments(parser)
     sub = parser.add_subparsers(dest="command")
     _complete_parser(sub)
+    edit_command.add_parser(sub)
     _fetch_parser(sub)
     bench.add_parser(sub)
     args = parser.parse_args(argv)
@@ -150,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         return server.serve_stdio(args)
     if args.command == "complete":
         return run_complete(args)
+    if args.command == "edit":
+        return edit_command.run(args)
     if args.command == "fetch":
         return run_fetch(args)
     if args.command == "bench":

@@ -21,6 +21,7 @@ from lsp_server.context import Cursor
 from lsp_server.engines import open_engine
 from lsp_server.files import display_name, is_secret
 from lsp_server.metrics import Metrics
+from lsp_server.next_edit_requests import NEXT_EDIT, NextEdits, parse as parse_next_edit
 from lsp_server.protocol import AnsweringProtocol
 from lsp_server.scheduler import Job, Scheduler, Superseded
 from lsp_server.options import Settings, merge, model_settings
@@ -49,6 +50,7 @@ class DraftlineServer(LanguageServer):
         self._load_error: str | None = None  # why the last load failed
         self._failure: str | None = None  # why completions fail now (a remote server down); said once
         self.scheduler = Scheduler()
+        self.next_edits = NextEdits(self.scheduler)
         self.metrics = Metrics()
         self.typed = TypedThroughCache()
         self.threads: int | None = None  # torch threads (--threads)
@@ -174,6 +176,7 @@ class DraftlineServer(LanguageServer):
         """Forget what was kept for an open document; the workspace's copy of the file, if it
         has one, takes over in the engine."""
         self.typed.forget(uri)
+        self.next_edits.closed(uri)
         self.repository.forget_edits(self._name(uri))
         if self.suggester is not None:
             self.suggester.forget(uri)
@@ -314,6 +317,7 @@ def did_change_configuration(ls: DraftlineServer, params: types.DidChangeConfigu
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: DraftlineServer, params: types.DidOpenTextDocumentParams) -> None:
+    ls.next_edits.opened(params.text_document.uri, params.text_document.text)
     ls.index_document(params.text_document.uri)
 
 
@@ -324,6 +328,8 @@ def did_change(ls: DraftlineServer, params: types.DidChangeTextDocumentParams) -
         if isinstance(change, types.TextDocumentContentChangePartial):  # not a whole new text
             first = change.range.start.line
             ls.repository.edited(ls._name(uri), first, first + change.text.count("\n"))
+    if (doc := ls.workspace.text_documents.get(uri)) is not None:
+        ls.next_edits.changed(uri, doc.source, params.content_changes)
     ls.index_later(uri)
 
 
@@ -348,6 +354,14 @@ async def inline_completion(ls: DraftlineServer, params: types.InlineCompletionP
         range=types.Range(start, params.position), command=_accept_command(
             params.text_document.uri, text)) for text in texts]
     return types.InlineCompletionList(items)
+
+
+@server.feature(NEXT_EDIT)
+async def next_edit(ls: DraftlineServer, params: object) -> dict | None:
+    ask = parse_next_edit(params)
+    doc = ls.workspace.text_documents.get(ask.uri)
+    return await ls.next_edits.answer(ask, doc and doc.source, doc and doc.version, ls._name(ask.uri),
+                                      ls.settings, ls.engine)
 
 
 @server.feature(types.TEXT_DOCUMENT_COMPLETION)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from engine.api import MODES
 from engine.errors import EngineError
+from lsp_server.bench import next_edits
 from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwidth_gb_s
 from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
 from lsp_server.bench.pauses import DraftlineEditor, LlamaVimEditor, format_pauses, run_pauses, walks
@@ -65,6 +66,9 @@ def add_parser(sub) -> None:
     p.add_argument("--key-ms", type=float, default=60, help="time between keystrokes in --pauses (default 60)")
     p.add_argument("--context", choices=("repo", "none", "both"), default="both",
                    help="with --quality: with the repository context, without it, or both (default)")
+    p.add_argument("--next-edit", action="append", default=[], metavar="PACKAGE==OLD,NEW",
+                   help="instead, the next-edit workload: real repeated edits between two releases of a package "
+                        "(sdists fetched with pip), --tasks of them and as many no-edit-due cases")
     p.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     p.add_argument("--plot", type=Path, default=None, help="draw latency per mode to this .png")
 
@@ -173,6 +177,8 @@ def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> di
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.next_edit:
+        return next_edits.run(args)
     if min(args.tasks, args.quality, args.pauses) < 0 or args.max_new_tokens < 1 or \
             args.tasks + args.quality + args.pauses == 0:
         raise _fail("--tasks, --quality and --pauses must be at least 0, one of them positive; "

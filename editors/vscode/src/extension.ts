@@ -5,6 +5,7 @@ import * as vscode from 'vscode';
 import { LanguageClient, State } from 'vscode-languageclient/node';
 import { createClient, sendSettings, serverCommand } from './client';
 import { ServerSettings, readLanguages, readServerSettings, serverPathFromSettings } from './settings';
+import { NextEdits } from './nextEdit';
 import { Stats, formatStats } from './stats';
 import { ServerStatus, StatusBar } from './status';
 
@@ -25,6 +26,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<Draftl
     bar,
     vscode.commands.registerCommand('draftline.showStats', showStats),
     vscode.workspace.onDidChangeConfiguration(onDidChangeConfiguration),
+    new NextEdits(() => client),
   );
   await startClient();
   return { client: () => client, status: () => bar.status };

@@ -51,3 +51,10 @@ test('stats text names every counter', () => {
   assert.equal(text, 'Draftline (ready): 7 requests, 5 generated, 3 accepted of 4 shown, 6 partly (42 chars), 2 cancelled, ' +
     '1 cache hits; draft tokens accepted 75%; latency p50 80 ms, p95 210 ms, last n/a');
 });
+
+test('a next edit ends where its text ends, and previews on one line', () => {
+  const { endOf, previewText } = require('../out/nextEdit');
+  assert.deepEqual(endOf({ line: 3, character: 4 }, 'w, h'), { line: 3, character: 8 });
+  assert.deepEqual(endOf({ line: 3, character: 4 }, 'w,\n    h'), { line: 4, character: 5 });
+  assert.equal(previewText('def f(w, h):\n    return w * h'), ' → def f(w, h): ⏎ return w * h');
+});

@@ -18,6 +18,13 @@ M.defaults = {
     accept_line = '<M-Down>',
     dismiss = '<C-]>',
   },
+  -- Next-edit suggestions: asked for this long after the last change; in normal mode `accept`
+  -- jumps to the previewed edit and makes it, `dismiss` hides it (in insert mode the keys
+  -- above do: accept makes it when no inline suggestion is shown). false skips a key.
+  next_edit = {
+    delay_ms = 600,
+    keymaps = { accept = '<Tab>', dismiss = '<Esc>' },
+  },
   -- Neovim 0.11 only (0.12 uses its native inline completion, which debounces 200 ms itself).
   debounce_ms = 150,
   -- Use the extmark fallback even where native inline completion exists.

@@ -1,6 +1,7 @@
 -- Draftline for Neovim: starts `lsp_server --stdio` through vim.lsp.config / vim.lsp.enable and
 -- shows its inline completions (native on 0.12+, extmark ghost text on 0.11).
 local config = require('draftline.config')
+local next_edit = require('draftline.next_edit')
 local M = {}
 
 ---@type { state: string, message?: string, lastLatencyMs?: number, acceptanceRate?: number }?
@@ -85,9 +86,9 @@ local function set_keymaps(keymaps, impl)
       vim.keymap.set('i', lhs, function()
         local done
         if name == 'dismiss' then
-          done = impl.dismiss()
+          done = impl.dismiss() or next_edit.dismiss()
         else
-          done = impl.accept(actions[name])
+          done = impl.accept(actions[name]) or (name == 'accept' and next_edit.accept())
         end
         -- Without a suggestion the key keeps its usual meaning.
         return done and '' or lhs
@@ -133,10 +134,12 @@ function M.setup(opts)
       local c = vim.lsp.get_client_by_id(args.data.client_id)
       if c and c.name == 'draftline' then
         impl.attach(args.buf, c.id, cfg.debounce_ms)
+        next_edit.attach(args.buf, c.id, cfg.next_edit.delay_ms)
       end
     end,
   })
   set_keymaps(cfg.keymaps, impl)
+  next_edit.set_keymaps(cfg.next_edit.keymaps)
   vim.api.nvim_create_user_command('Draftline', function(a)
     local run = subcommands[a.args]
     if not run then

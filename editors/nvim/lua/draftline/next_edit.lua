@@ -1,0 +1,134 @@
+-- Next-edit suggestions: after a pause following an edit, ask the server (`draftline/nextEdit`)
+-- for the matching change nearby and preview it: what goes is highlighted, what comes is shown
+-- as virtual lines below it (inline ghost text when it only inserts on one line). Tab jumps to
+-- it and makes it; Esc or any change to the buffer dismisses it. An edit is only shown and
+-- made for the buffer version it was computed for.
+local M = {}
+
+local ns = vim.api.nvim_create_namespace('draftline_next_edit')
+---@type table<integer, { edit: table, version: integer, client_id: integer }>
+local shown = {}
+---@type table<integer, uv.uv_timer_t>
+local timers = {}
+
+local function version_of(bufnr)
+  return vim.lsp.util.buf_versions[bufnr]
+end
+
+--- An LSP position of the edit as a (row, byte column) of the buffer.
+local function byte_pos(bufnr, pos, encoding)
+  local line = vim.api.nvim_buf_get_lines(bufnr, pos.line, pos.line + 1, false)[1] or ''
+  return pos.line, vim.str_byteindex(line, encoding, math.min(pos.character, vim.str_utfindex(line, encoding)), false)
+end
+
+--- Remove the preview of `bufnr`; false when none was shown.
+function M.dismiss(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  vim.api.nvim_buf_clear_namespace(bufnr, ns, 0, -1)
+  local had = shown[bufnr] ~= nil
+  shown[bufnr] = nil
+  return had
+end
+
+local function show(bufnr, edit, client)
+  M.dismiss(bufnr)
+  local enc = client.offset_encoding
+  local srow, scol = byte_pos(bufnr, edit.start, enc)
+  local erow, ecol = byte_pos(bufnr, edit['end'], enc)
+  if srow == erow and scol == ecol and not edit.text:find('\n') then
+    -- Only an insertion on one line: ghost text where it goes.
+    vim.api.nvim_buf_set_extmark(bufnr, ns, srow, scol, { virt_text = { { edit.text, 'DiffAdd' } },
+                                                         virt_text_pos = 'inline' })
+  else
+    vim.api.nvim_buf_set_extmark(bufnr, ns, srow, scol, { end_row = erow, end_col = ecol, hl_group = 'DiffDelete' })
+    local first = vim.api.nvim_buf_get_lines(bufnr, srow, srow + 1, false)[1]
+    local last = vim.api.nvim_buf_get_lines(bufnr, erow, erow + 1, false)[1]
+    local lines = {}
+    for _, l in ipairs(vim.split(first:sub(1, scol) .. edit.text .. last:sub(ecol + 1), '\n', { plain = true })) do
+      lines[#lines + 1] = { { l, 'DiffAdd' } }
+    end
+    vim.api.nvim_buf_set_extmark(bufnr, ns, erow, 0, { virt_lines = lines })
+  end
+  shown[bufnr] = { edit = edit, version = edit.version, client_id = client.id }
+end
+
+--- Ask for the next edit at the cursor of `bufnr` (its current version).
+function M.request(bufnr, client_id)
+  local client = vim.lsp.get_client_by_id(client_id)
+  if not client or bufnr ~= vim.api.nvim_get_current_buf() then
+    return
+  end
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  params.version = version_of(bufnr)
+  client:request('draftline/nextEdit', params, function(err, edit)
+    if err or type(edit) ~= 'table' or edit.version ~= version_of(bufnr) then
+      return -- none, or the buffer has changed since: never shown for another version
+    end
+    show(bufnr, edit, client)
+  end, bufnr)
+end
+
+--- Make the previewed edit and put the cursor at its end; false when none is shown (or the
+--- buffer is no longer at the edit's version: then the preview is dropped).
+function M.accept(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local s = shown[bufnr]
+  if not s then
+    return false
+  end
+  M.dismiss(bufnr)
+  local client = vim.lsp.get_client_by_id(s.client_id)
+  if not client or version_of(bufnr) ~= s.version then
+    return false
+  end
+  local e = s.edit
+  vim.schedule(function() -- not inside an <expr> mapping, where the buffer may not change
+    vim.lsp.util.apply_text_edits({ { range = { start = e.start, ['end'] = e['end'] }, newText = e.text } }, bufnr,
+      client.offset_encoding)
+    local lines = vim.split(e.text, '\n', { plain = true })
+    local row = e.start.line + #lines - 1
+    local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
+    local col = #lines > 1 and #lines[#lines] or (select(2, byte_pos(bufnr, e.start, client.offset_encoding)) + #lines[1])
+    vim.api.nvim_win_set_cursor(0, { row + 1, math.max(0, math.min(col, #line) - 1) })
+  end)
+  return true
+end
+
+--- Watch `bufnr`: each change dismisses the preview and, after `delay_ms` without another,
+--- asks for the next edit.
+function M.attach(bufnr, client_id, delay_ms)
+  vim.api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI' }, {
+    group = vim.api.nvim_create_augroup('draftline_next_edit_' .. bufnr, { clear = true }),
+    buffer = bufnr,
+    callback = function()
+      M.dismiss(bufnr)
+      local timer = timers[bufnr] or vim.uv.new_timer()
+      timers[bufnr] = timer
+      timer:stop()
+      timer:start(delay_ms, 0, vim.schedule_wrap(function() M.request(bufnr, client_id) end))
+    end,
+  })
+  vim.api.nvim_buf_attach(bufnr, false, {
+    on_detach = function()
+      if timers[bufnr] then
+        timers[bufnr]:close()
+        timers[bufnr] = nil
+      end
+      shown[bufnr] = nil
+    end,
+  })
+end
+
+--- Normal-mode keys: `accept` makes the previewed edit, `dismiss` hides it; without a
+--- preview each key does what it did before.
+function M.set_keymaps(keys)
+  for name, lhs in pairs(keys) do
+    if lhs then
+      vim.keymap.set('n', lhs, function()
+        return M[name]() and '' or lhs
+      end, { expr = true, replace_keycodes = true, desc = 'Draftline: next edit ' .. name })
+    end
+  end
+end
+
+return M

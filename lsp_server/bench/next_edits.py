@@ -1,0 +1,192 @@
+"""The next-edit workload: real edits (bench/edit_cases.py) put to the prediction as the server
+makes it (lsp_server/next_edit.py), scored and timed.
+
+Per case: was the next edit exactly right (it makes the next hunk of the newer release, and
+every other change it makes is a hunk of that release too); was it at least right (only
+hunks of the release, not the next one: an earlier spot, or a change of another kind nearby);
+the edit similarity, against the
+release, of the lines either changed in the window; for no-edit-due cases, was an edit shown;
+the wall time of the prediction (its prompt shares little with the one before: about a cold
+prefill, as at a new spot) and the rewrite's tokens per target pass.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.api import CompletionEngine
+from engine.errors import EngineError
+from engine.user_cache import cache_dir
+from lsp_server.bench.edit_cases import EditCase, Hunk, apply, hunks, sdist_cases
+from lsp_server.bench.quality import edit_similarity
+from lsp_server.edit_history import changed_span
+from lsp_server.engines import open_engine
+from lsp_server.next_edit import NextEdit, predict, window_at
+from lsp_server.options import BY_NAME, model_settings
+
+
+@dataclass(frozen=True)
+class EditResult:
+    name: str
+    due: bool  # an edit was due
+    shown: bool  # an edit was proposed
+    exact: bool  # due and exactly right, or not due and none shown
+    right: bool  # due, and every change it makes is one the release makes (the next one or another)
+    similarity: float  # of the changed region (due cases)
+    seconds: float
+    tokens_per_pass: float
+    new_tokens: int
+
+
+def apply_edit(text: str, edit: NextEdit) -> str:
+    lines = text.split("\n")
+
+    def offset(line: int, units: int) -> int:
+        head = lines[line].encode("utf-16-le")[:2 * units].decode("utf-16-le", errors="ignore")
+        return sum(len(s) + 1 for s in lines[:line]) + len(head)
+
+    return text[:offset(edit.start.line, edit.start.character)] + edit.text + text[offset(edit.end.line, edit.end.character):]
+
+
+def region_similarity(text: str, predicted: str, expected: str) -> float:
+    """Edit similarity of the whole lines that either document changed."""
+    spans = [changed_span(text, other) for other in (predicted, expected) if other != text]
+    if not spans:
+        return 1.0
+    start = text.rfind("\n", 0, min(s[0] for s in spans)) + 1
+    tail = min(len(text) - s[1] for s in spans)
+    end = text.find("\n", len(text) - tail)
+    tail = 0 if end < 0 else len(text) - end
+    return edit_similarity(predicted[start:len(predicted) - tail], expected[start:len(expected) - tail])
+
+
+def is_next_edit(case: EditCase, after: str) -> bool:
+    """`after` makes the case's next edit, and nothing the release does not make."""
+    made = hunks(case.text.split("\n"), after.split("\n"))
+    return any(h.a1 == case.next_line for h in made) and is_right(case, after)
+
+
+def is_right(case: EditCase, after: str) -> bool:
+    """`after` changes the text, and only as the release does."""
+    text = case.text.split("\n")
+    made, due = hunks(text, after.split("\n")), set(hunks(text, case.release.split("\n")))
+    return bool(made) and all(h in due for h in made)
+
+
+def window_release(case: EditCase) -> str:
+    """The case's text with the release's hunks inside the model's window made."""
+    window = window_at(case.text, case.line)
+    end = window.first + window.text.count("\n") + 1
+    text = case.text.split("\n")
+    inside: list[Hunk] = [h for h in hunks(text, case.release.split("\n")) if window.first <= h.a1 and h.a2 <= end]
+    return "\n".join(apply(text, inside))
+
+
+def score_case(engine: CompletionEngine, case: EditCase, mode: str) -> EditResult:
+    engine.set_document(case.name, case.text)
+    started = time.perf_counter()
+    prediction = predict(engine, case.text, case.line, list(case.edits), case.path, mode)
+    seconds = time.perf_counter() - started
+    engine.remove_document(case.name)
+    after = case.text if prediction.edit is None else apply_edit(case.text, prediction.edit)
+    due = case.next_line is not None
+    exact = is_next_edit(case, after) if due else prediction.edit is None
+    right = due and is_right(case, after)
+    similarity = region_similarity(case.text, after, window_release(case)) if due else float(not prediction.edit)
+    stats = prediction.stats
+    return EditResult(case.name, due, prediction.edit is not None, exact, right, similarity, seconds,
+                      stats.tokens_per_pass, stats.new_tokens)
+
+
+def summarize(results: list[EditResult]) -> dict:
+    due = [r for r in results if r.due]
+    none_due = [r for r in results if not r.due]
+    passes = [r for r in results if r.new_tokens]
+    return {
+        "repeated_cases": len(due),
+        "exact_next_edit": sum(r.exact for r in due) / len(due) if due else None,
+        "right_edit": sum(r.right for r in due) / len(due) if due else None,
+        "edit_similarity": statistics.mean(r.similarity for r in due) if due else None,
+        "no_edit_due_cases": len(none_due),
+        "shown_when_none_due": sum(r.shown for r in none_due) / len(none_due) if none_due else None,
+        "p50_s": statistics.median(r.seconds for r in results) if results else None,
+        "tokens_per_target_pass": (sum(r.new_tokens for r in passes) / sum(r.new_tokens / r.tokens_per_pass for r in passes)
+                                   if passes else None),
+    }
+
+
+def format_summary(numbers: dict) -> str:
+    def pct(x):
+        return "-" if x is None else f"{x:.0%}"
+
+    return (f"next edit: {numbers['repeated_cases']} repeated-edit cases, exact {pct(numbers['exact_next_edit'])} "
+            f"(an edit the release makes: {pct(numbers['right_edit'])}), "
+            f"edit similarity {numbers['edit_similarity'] or 0:.2f}; {numbers['no_edit_due_cases']} no-edit-due cases, "
+            f"an edit shown in {pct(numbers['shown_when_none_due'])}; p50 {numbers['p50_s'] or 0:.1f} s; "
+            f"{numbers['tokens_per_target_pass'] or 0:.2f} tokens per target pass")
+
+
+def fetch_sdists(spec: str) -> tuple[Path, Path]:
+    """The two sdists `spec` names ("package==OLD,NEW"), downloaded once with pip into the user
+    cache (no code of theirs is run: only their files are read)."""
+    package, _, versions = spec.partition("==")
+    old, _, new = versions.partition(",")
+    if not (package and old and new):
+        raise SystemExit(f"lsp_server bench: --next-edit {spec!r}: expected PACKAGE==OLD,NEW")
+    folder = cache_dir("sdists")
+    found = []
+    for version in (old, new):
+        wanted = f"{package}=={version}"
+        have = _sdist_in(folder, package, version)
+        if have is None:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                            wanted, "-d", str(folder)], check=False, stdout=subprocess.DEVNULL)
+            have = _sdist_in(folder, package, version)
+        if have is None:
+            raise SystemExit(f"lsp_server bench: cannot download the sdist of {wanted}")
+        found.append(have)
+    return found[0], found[1]
+
+
+def _sdist_in(folder: Path, package: str, version: str) -> Path | None:
+    names = {package.lower().replace("-", "_"), package.lower()}
+    for path in folder.glob("*.tar.gz"):
+        name, _, have = path.name.removesuffix(".tar.gz").rpartition("-")
+        if have == version and name.lower().replace("-", "_") in names | {n.replace("-", "_") for n in names}:
+            return path
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """`bench --next-edit PACKAGE==OLD,NEW ...`: the next-edit workload alone."""
+    repeated, none_due = [], []
+    for spec in args.next_edit:
+        r, n = sdist_cases(*fetch_sdists(spec))
+        repeated += r
+        none_due += n
+    rng = random.Random(args.seed)
+    cases = [c for group in (repeated, none_due) for c in rng.sample(group, min(args.tasks, len(group)))]
+    try:
+        engine = open_engine(model_settings(args))
+        if engine.problem:
+            raise EngineError(engine.problem)
+    except EngineError as exc:
+        raise SystemExit(f"lsp_server bench: {exc}") from None
+    mode = BY_NAME["mode"].default
+    results = []
+    for i, case in enumerate(cases, 1):
+        results.append(score_case(engine, case, mode))
+        print(f"lsp_server bench: next edit {i}/{len(cases)} {case.name}", file=sys.stderr)
+    numbers = summarize(results) | {"mode": mode, "cases": [dataclasses.asdict(r) for r in results]}
+    sys.stdout.write(format_summary(numbers) + "\n")  # the report is the command's output
+    if args.json is not None:
+        args.json.write_text(json.dumps(numbers, indent=1) + "\n")
+    return 0

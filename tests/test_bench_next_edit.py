@@ -1,0 +1,53 @@
+"""The next-edit workload's cases and scoring (lsp_server/bench/edit_cases.py, next_edits.py),
+on two small made-up releases of a package: no model needed."""
+import io
+import tarfile
+from pathlib import Path
+
+from lsp_server.bench.edit_cases import sdist_cases
+from lsp_server.bench.next_edits import apply_edit, is_next_edit, is_right, region_similarity, window_release
+from lsp_server.next_edit import NextEdit, Position
+
+OLD = "\n".join(["import os", "", "def a(path):", "    return os.path.join(path, 'a')", "",
+                 "def b(path):", "    return os.path.join(path, 'b')", "",
+                 "def c(path):", "    return os.path.join(path, 'c')", ""])
+NEW = OLD.replace("os.path.join(path, ", "join_path(path, ")
+SINGLE_OLD, SINGLE_NEW = "x = 1\ny = 2\n", "x = 1\ny = 3\n"
+
+
+def sdist(folder: Path, name: str, files: dict[str, str]) -> Path:
+    path = folder / f"{name}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for file, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name}/{file}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_cases_from_two_releases(tmp_path):
+    old = sdist(tmp_path, "pkg-1.0", {"pkg/paths.py": OLD, "pkg/single.py": SINGLE_OLD, "README.md": "a"})
+    new = sdist(tmp_path, "pkg-1.1", {"pkg/paths.py": NEW, "pkg/single.py": SINGLE_NEW, "README.md": "b"})
+    repeated, none_due = sdist_cases(old, new)
+    assert [c.name for c in repeated] == ["pkg-1.1/pkg/paths.py:4"]
+    case = repeated[0]
+    assert case.edits[0].after == "    return join_path(path, 'a')" and case.next_line == 6
+    assert "join_path(path, 'a')" in case.text and "os.path.join(path, 'b')" in case.text
+    assert [c.next_line for c in none_due] == [None] and none_due[0].text == SINGLE_NEW
+
+    # Exact: the next hunk, alone or with the one after; not: nothing, or a change the release does not make.
+    assert is_next_edit(case, window_release(case))
+    assert is_next_edit(case, case.text.replace("os.path.join(path, 'b')", "join_path(path, 'b')"))
+    assert not is_next_edit(case, case.text)
+    only_c = case.text.replace("os.path.join(path, 'c')", "join_path(path, 'c')")
+    assert not is_next_edit(case, only_c) and is_right(case, only_c)  # right, but not the next one
+    assert not is_next_edit(case, window_release(case).replace("import os", "import os.path"))
+    assert region_similarity(case.text, window_release(case), window_release(case)) == 1.0
+    assert 0 < region_similarity(case.text, case.text, window_release(case)) < 1
+
+
+def test_apply_edit_counts_utf16():
+    text = "a = '😀x'\nb = 2"
+    assert apply_edit(text, NextEdit(Position(0, 7), Position(0, 8), "y")) == "a = '😀y'\nb = 2"
+    assert apply_edit(text, NextEdit(Position(0, 0), Position(1, 0), "")) == "b = 2"

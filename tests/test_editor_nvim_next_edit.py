@@ -1,0 +1,24 @@
+"""Next-edit suggestions in real headless Neovim 0.12 against the real server
+(tests/editors/nvim_next_edit_test.lua): the preview appears after a pause, Esc dismisses it,
+Tab makes it. Here the buffer after Tab is checked against the server's own answer applied
+by this process."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lsp_server.bench.next_edits import apply_edit
+from lsp_server.next_edit import NextEdit, Position
+from tests.test_editor_nvim import INIT, REPO, _run
+
+SCRIPT = REPO / "tests" / "editors" / "nvim_next_edit_test.lua"
+
+
+def test_the_next_edit_is_previewed_dismissed_and_made(tmp_path: Path) -> None:
+    result = tmp_path / "result.json"
+    _run("0.12", "-u", str(INIT), "-c", f"luafile {SCRIPT}", env={"DRAFTLINE_RESULT": str(result)})
+    seen = json.loads(result.read_text())
+    e = seen["edit"]
+    edit = NextEdit(Position(**e["start"]), Position(**e["end"]), e["text"])
+    assert seen["before"].startswith("def area(w, h):\n    return w * h")
+    assert seen["after"] == apply_edit(seen["before"], edit)
