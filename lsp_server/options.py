@@ -42,6 +42,8 @@ class Settings:
     timeBudgetMs: float = 2500
     debounceMs: float = 0
     repoContext: bool = True
+    nextEdit: bool = True
+    editModel: str | None = None
     enabled: bool = True
 
     def model_key(self) -> tuple:
@@ -156,10 +158,10 @@ OPTIONS: tuple[Option, ...] = (
            "the cursor, recent edits, similar code (docs/context.md)"),
     # Next-edit suggestions (lsp_server/next_edit.py): after a pause following an edit, the
     # matching change the user will make nearby, asked for with draftline/nextEdit.
-    Option("nextEdit", bool, True, "next-edit suggestions: the same kind of change as the recent edits, nearby"),
+    Option("nextEdit", bool, Settings.nextEdit, "next-edit suggestions: the same kind of change as the recent edits, nearby"),
     # The model that predicts next edits (any Qwen-family chat model: a name, a .gguf, a folder
     # or hf:...); null: the loaded model.
-    Option("editModel", str, None, "model for next-edit suggestions (a name, a path or hf:...); null: the loaded model",
+    Option("editModel", str, Settings.editModel, "model for next-edit suggestions (a name, a path or hf:...); null: the loaded model",
            nullable=True),
     # Offer completions at all (also toggled by the draftline.toggle command).
     Option("enabled", bool, Settings.enabled, "offer completions"),

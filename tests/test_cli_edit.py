@@ -15,6 +15,8 @@ ENV = os.environ | {"OMP_WAIT_POLICY": "PASSIVE"}
 BEFORE = '''def area(width, height):
     return width * height
 
+pytestmark = pytest.mark.integration  # the edit command in a process of its own
+
 
 def perimeter(width, height):
     return 2 * (width + height)

@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from lsp_server.bench.next_edits import apply_edit
 from lsp_server.next_edit import NextEdit, Position
 from tests.test_editor_nvim import INIT, REPO, _run
 
 SCRIPT = REPO / "tests" / "editors" / "nvim_next_edit_test.lua"
+
+pytestmark = pytest.mark.integration  # headless Neovim against the server
 
 
 def test_the_next_edit_is_previewed_dismissed_and_made(tmp_path: Path) -> None:

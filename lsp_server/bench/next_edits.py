@@ -24,7 +24,7 @@ from pathlib import Path
 
 from engine.api import CompletionEngine
 from engine.errors import EngineError
-from engine.user_cache import cache_dir
+from engine.loading.user_cache import cache_dir
 from lsp_server.bench.edit_cases import EditCase, Hunk, apply, hunks, sdist_cases
 from lsp_server.bench.quality import edit_similarity
 from lsp_server.edit_history import changed_span
