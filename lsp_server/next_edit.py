@@ -258,11 +258,19 @@ def first_change_end(window: str, text: str, edited: tuple[tuple[int, int], ...]
         if resync is None:
             return None
         n, j = resync
-        start = old[i][0] if i < len(old) else window.count("\n") + 1
-        if not any(first <= start and old[j][0] <= max(end, start) for first, end in edited):
+        if not _only_edited(old, i, j, window.count("\n") + 1, edited):
             last = new[n - 1][0]  # the raw line that completed the copied lines
             return Resync(sum(len(line) + 1 for line in lines[:last + 1]), old[j + RESYNC_LINES - 1][0] + 1)
         k, i = n, j + RESYNC_LINES
+
+
+def _only_edited(old: list[tuple[int, str]], i: int, j: int, lines: int, edited: tuple[tuple[int, int], ...]) -> bool:
+    """Whether the change of the window's text lines old[i:j] (an insertion before old[i] when
+    j == i) lies within one of the `edited` line spans."""
+    if j == i:
+        at = old[i][0] if i < len(old) else lines
+        return any(first <= at <= end for first, end in edited)
+    return any(first <= old[i][0] and old[j - 1][0] < end for first, end in edited)
 
 
 def _resync(old: list[tuple[int, str]], new: list[tuple[int, str]], k: int, i: int) -> tuple[int, int] | None:

@@ -103,3 +103,11 @@ def test_earlier_edits_are_never_undone_and_lines_after_an_undone_edit_shift():
     shown = shown_window(grown, [Edit("a(1)", "a(1)\n# note", 0)])
     assert shown.text == "a(1)\nb(2)\nc(3)" and shown.undone == (0, 1)
     assert onto_window(shown, "a(1)\nb(2)\nc(30)", grown.text) == "a(1)\n# note\nb(2)\nc(30)"
+
+
+def test_the_users_own_edit_made_again_does_not_end_the_rewrite():
+    window = "a\n    x.comb(1)\n\nb\nc\n    x.comb(2)\nd\ne\nf"
+    text = window.replace("comb", "perm") + "\n"  # the user's edit (line 1) made again, then the next one
+    end = first_change_end(window, text, ((1, 2),))
+    assert end.resume == 8 and text[:end.cut] + "\n".join(window.split("\n")[end.resume:]) == window.replace("comb", "perm")
+    assert first_change_end(window, text).resume == 5  # unmarked, line 1 is the first change
