@@ -24,7 +24,7 @@ from engine.loading.user_cache import content_key, machine_key
 
 class Engine:
     """A target model, optional draft model, and a lookup index over documents, the workspace
-    and this session's outputs.
+    and this process's outputs.
 
     `complete` is not reentrant: call it from one worker thread at a time. Documents may be
     set, and outputs remembered, from any thread."""
@@ -128,7 +128,7 @@ class Engine:
                                    for b in [self.target] + ([self.draft.backend] if self.draft else [])]}
 
     def prefill_tokens_per_s(self) -> float:
-        """This session's prefill rate once it has prefilled enough, else calibration's estimate."""
+        """This process's prefill rate once it has prefilled enough, else calibration's estimate."""
         measured = self.target.prefill_rate()
         if measured is not None:
             return measured
@@ -144,7 +144,7 @@ class Engine:
         self.lookup.remove_document(doc_id)
 
     def remember(self, text: str, before: str = "") -> None:
-        """A suggestion shown or accepted in this session, and the text before it (a line or
+        """A suggestion shown or accepted in this process, and the text before it (a line or
         two is enough): later requests draft from it (source "history"), e.g. after an edit
         near it or in similar code."""
         lead = self.tokenizer.encode(before)[-HISTORY_CONTEXT:] if before else []
@@ -227,7 +227,7 @@ class Engine:
             keep(self.calibration, self._calibration_key)
 
     def _keep_learned(self) -> None:
-        """Now and then the corrected pass costs and this session's prefill rate replace the
+        """Now and then the corrected pass costs and this process's prefill rate replace the
         kept calibration's, so the next start begins from what passes and prefills really cost,
         not from a first start's estimate (its prefill rate comes from a 25-token pass: on AMX,
         about half what prefill chunks run at, which would halve the first cold window)."""

@@ -12,7 +12,7 @@ from engine.api import Sampling
 from engine.draft_length import PassCosts
 
 # Where a drafted token came from. "document": the prompt, the output so far and open files;
-# "workspace": the workspace's files; "history": this session's earlier outputs; "model": a
+# "workspace": the workspace's files; "history": this process's earlier outputs; "model": a
 # draft model.
 SOURCES = ("document", "workspace", "history", "model")
 

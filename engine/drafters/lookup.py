@@ -1,5 +1,5 @@
 """Lookup that remembers: draft what followed the longest earlier occurrence of the context's
-end, in the context itself, open files, the workspace and this session's earlier outputs.
+end, in the context itself, open files, the workspace and this process's earlier outputs.
 
 Each source is a suffix automaton (engine/drafters/suffix_automaton.py). Per decoding step a
 walker per source reads the tokens the target accepted and keeps the longest suffix of the
@@ -79,7 +79,7 @@ class Lookup:
                 self.corpora[source].remove(doc_id)
 
     def remember(self, tokens: Sequence[int]) -> None:
-        """An output of this session (generated or accepted), with the tokens before it."""
+        """An output of this process (generated or accepted), with the tokens before it."""
         with self._lock:
             self._outputs += 1
             self.corpora["history"].set(f"output {self._outputs}", tokens)

@@ -102,7 +102,7 @@ class Progress:
 
 
 def rememberable(tasks: list[Task], lines: int = 16) -> list[bool]:
-    """Which tasks' outputs may go into the session history for the tasks after them: not one
+    """Which tasks' outputs may go into the history of earlier outputs for the tasks after them: not one
     near another task of the same file, whose hidden continuation it could hold."""
     return [not any(j != i and t.path == u.path and abs(t.line - u.line) <= lines
                     for j, u in enumerate(tasks)) for i, t in enumerate(tasks)]
@@ -111,7 +111,7 @@ def rememberable(tasks: list[Task], lines: int = 16) -> list[bool]:
 def run_all(contenders: list[Contender], tasks: list[Task], prompts: list[list[int]], documents: Documents,
             max_new_tokens: int, caches: tuple[bool, ...], progress: Progress) -> list[Run]:
     """Every task in every contender (and cache state). After each task its output (ar's, which
-    every exact mode equals) is remembered as session history, as the server remembers a
+    every exact mode equals) is remembered as an earlier output, as the server remembers a
     suggestion it showed, where `rememberable` allows."""
     documents.hide(tasks[0].path)
     for c in contenders:  # warm-up: first calls pay for allocations and lazy initialisation

@@ -46,7 +46,7 @@ class Backend(ABC):
         self.tokens: list[int] = []
         # Threads and kernel by pass width (engine/execution/plan.py), filled in by calibration.
         self.plan = ExecutionPlan()
-        # Calibration's estimate of the prefill rate (tokens/s), until this session has
+        # Calibration's estimate of the prefill rate (tokens/s), until this process has
         # measured its own (`prefill_rate`).
         self.prefill_estimate = float("inf")
         # Tokens and seconds of the prefill chunks `sync` ran: the real prefill rate, which
@@ -62,7 +62,7 @@ class Backend(ABC):
         before the first). A wider chunk prefills faster (the weights' unpacking is shared by
         more tokens: 16-token chunks of the 1.5B ran at about 60 tokens/s, 48-token ones at
         100), so sizing by the last chunk's rate grows the chunks up to the wait and never
-        past it, where a session's average rate would keep them as small as they started."""
+        past it, where a process's average rate would keep them as small as they started."""
         return prefill_chunk_for(self._last_chunk_rate or self.prefill_estimate)
 
     @property
@@ -100,7 +100,7 @@ class Backend(ABC):
         self.plan = plan
 
     def set_prefill_estimate(self, tokens_per_s: float) -> None:
-        """Size prefill chunks from this rate (calibration's estimate) until this session has
+        """Size prefill chunks from this rate (calibration's estimate) until this process has
         measured its own (`prefill_rate`)."""
         self.prefill_estimate = tokens_per_s
 
@@ -180,7 +180,7 @@ class Backend(ABC):
         return True
 
     def prefill_rate(self) -> float | None:
-        """Tokens per second of this session's prefills, once they add up to a few chunks."""
+        """Tokens per second of this process's prefills, once they add up to a few chunks."""
         tokens, seconds = self.prefilled
         return tokens / seconds if tokens >= 4 * MEASURED_CHUNK else None
 
