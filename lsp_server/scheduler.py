@@ -61,14 +61,16 @@ class Scheduler:
     def submit(self, key: str, spot: Hashable, fn: Callable[[Job], Any],
                background: bool = False) -> tuple[Job, bool]:
         """The live job for `key` at `spot` (joined), or a new job running `fn(job)` on the
-        model thread; returns (job, created). A new job cancels the other job for `key` and
-        every background job: `fn` should watch `job.cancel` and return early."""
+        model thread; returns (job, created). A new job cancels the other job for `key`, and a
+        new request's job every background job: `fn` should watch `job.cancel` and return early."""
         live = self._live.get(key)
         if live is not None and live.spot == spot and not live.cancel.is_set():
             live.background = background
             return live, False
         for job in list(self._live.values()):
-            if job.key == key or job.background:
+            # Background work (a next-edit prediction, a prefill) waits its turn: it never cancels
+            # a suggestion that is still being written for a request.
+            if job.key == key or (job.background and not background):
                 job.cancel.set()
         loop = asyncio.get_running_loop()
         job = Job(key, spot, loop.create_future(), background=background)
