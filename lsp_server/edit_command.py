@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     elif edit is not None:
         sys.stdout.write(_preview(text, edit, args.file.name))
     if stats is not None:
-        print(f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms ({args.mode}): "
-              f"{stats.target_passes} target passes, {stats.tokens_per_pass:.2f} tokens/pass, "
-              f"prefill {stats.prefill_ms:.0f} ms of {stats.new_prompt_tokens} prompt tokens", file=sys.stderr)
+        sys.stderr.write(f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms ({args.mode}): "
+                         f"{stats.target_passes} target passes, {stats.tokens_per_pass:.2f} tokens/pass, "
+                         f"prefill {stats.prefill_ms:.0f} ms of {stats.new_prompt_tokens} prompt tokens\n")
     return 0
