@@ -6,6 +6,7 @@ which the next pass feeds first. One speculative step is
     draft   = drafter.propose(context, k)                 # a chain or a token tree
     logits  = target.forward([current] + draft)          # one pass scores every draft token
     accepted, next = verify(draft, logits)               # greedy match, or rejection sampling
+                                                         # (where the logits are: ids cross)
     target.keep(current + accepted)                      # roll back the rejected tokens
     output += accepted + [next]
 
@@ -22,9 +23,11 @@ import numpy as np
 from engine.execution.backends.base import Backend
 from engine.drafters.base import Draft, Drafter
 from engine.healing import Healer
-from engine.api import Request, Sampling
-from engine.sampling import draw, generator as new_generator, probabilities
+from engine.api import Request
+from engine.execution.pass_logits import PassLogits
+from engine.sampling import generator as new_generator
 from engine.stats import Stats
+from engine.verification import verify
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class _Output:
         grows true as the text grows: an end of line, a block's end)."""
         return (any(t in self.vocab.eos_ids for t in more)
                 or len(self.tokens) + len(more) >= self.request.max_new_tokens
-                or self._stop_at(self._text_with(more)) is not None)
+                or self.request.stop is not None and self._stop_at(self._text_with(more)) is not None)
 
     def commit(self, tokens: Sequence[int]) -> None:
         for token in tokens:
@@ -137,26 +140,27 @@ def _prefill(target: Backend, prompt: Sequence[int], out: _Output) -> int:
     return prompt[-1]
 
 
-def _pick(logits: np.ndarray, sampling: Sampling, generator: np.random.Generator) -> int:
-    if sampling.greedy:
-        return int(logits.argmax())
-    return draw(probabilities(logits, sampling), generator)
+def _target_pass(target: Backend, tokens: Sequence[int], parents: Sequence[int] | None,
+                 stats: Stats) -> PassLogits:
+    """One target pass, counted and timed apart from the host's work around it."""
+    t = time.perf_counter()
+    logits = target.score(tokens, parents)
+    stats.target_ms += _ms_since(t)
+    stats.target_passes += 1
+    return logits
 
 
 def _heal(target: Backend, current: int, out: _Output, generator: np.random.Generator) -> int:
     """Regenerate the prompt's removed last token (`out.owed`) under the healing constraint, a
     pass per token. Every mode runs this same step first, so speculative output still equals
     the baseline's."""
-    required, healer, sampling = out.owed, out.vocab.healer, out.request.sampling
+    required, healer, sampling, stats = out.owed, out.vocab.healer, out.request.sampling, out.stats
     while required and not out.done:
         t = time.perf_counter()
-        logits = target.forward([current])[-1]
-        allowed = np.fromiter(healer.allowed(required), dtype=np.int64)
-        masked = np.full_like(logits, -np.inf)
-        masked[allowed] = logits[allowed]
-        current = _pick(masked, sampling, generator)
-        out.stats.verify_ms += _ms_since(t)
-        out.stats.target_passes += 1
+        logits = _target_pass(target, [current], None, stats)
+        current = logits.pick(-1, sampling, generator, allowed=list(healer.allowed(required)))
+        stats.logits_to_host += logits.crossed
+        stats.verify_ms += _ms_since(t)
         required = healer.advance(required, current)
         out.commit([current])
     return current
@@ -181,9 +185,10 @@ def generate_autoregressive(target: Backend, prompt: Sequence[int], request: Req
     stats, sampling = out.stats, request.sampling
     while not out.done:
         t = time.perf_counter()
-        current = _pick(target.forward([current])[-1], sampling, generator)
+        logits = _target_pass(target, [current], None, stats)
+        current = logits.pick(-1, sampling, generator)
+        stats.logits_to_host += logits.crossed
         stats.verify_ms += _ms_since(t)
-        stats.target_passes += 1
         out.commit([current])
     return _finish(out, stats, start)
 
@@ -193,45 +198,6 @@ def _finish(out: _Output, stats: Stats, start: float) -> Generation:
     stats.stop_reason = out.stop_reason
     stats.total_ms = _ms_since(start)
     return Generation(out.tokens, out.text[:out.cut], stats)
-
-
-def verify_greedy(draft: Draft, logits: np.ndarray) -> tuple[list[int], int]:
-    """Walk the tree from the root, following the child that equals the target's argmax.
-
-    logits has a row per pass position (Draft.pass_position). Returns the accepted node
-    indices and the target's own next token after them."""
-    children = {(p, t): i for i, (p, t) in enumerate(zip(draft.parents, draft.tokens))}
-    accepted: list[int] = []
-    node = -1
-    while True:
-        best = int(logits[draft.pass_position(node)].argmax())
-        child = children.get((node, best))
-        if child is None:
-            return accepted, best
-        accepted.append(child)
-        node = child
-
-
-def verify_sampling(draft: Draft, logits: np.ndarray, sampling: Sampling,
-                    generator: np.random.Generator) -> tuple[list[int], int]:
-    """Rejection sampling on a chain: accept token x with probability min(1, p(x) / q(x)),
-    otherwise draw from normalize(max(0, p - q)) and stop. If all are accepted, draw a bonus
-    token from p. The output is distributed exactly as the target's own samples."""
-    if not draft.is_chain:
-        raise ValueError("rejection sampling needs a chain draft")
-    p = probabilities(logits, sampling)
-    for i, x in enumerate(draft.tokens):
-        if draft.probs is not None:
-            q = draft.probs[i]
-        else:  # a deterministic drafter: all of q's mass on x
-            q = np.zeros(p.shape[-1])
-            q[x] = 1.0
-        if generator.random() < min(1.0, float(p[i, x] / q[x])):
-            continue
-        residual = np.maximum(p[i] - q, 0.0)
-        total = float(residual.sum())
-        return list(range(i)), draw(residual / total if total > 0 else p[i], generator)
-    return list(range(len(draft))), draw(p[len(draft)], generator)
 
 
 def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int], request: Request,
@@ -247,22 +213,19 @@ def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int
         t = time.perf_counter()
         draft = drafter.propose(list(prompt) + out.tokens, k, sampling, generator) if k > 0 else Draft()
         if not use_tree and not draft.is_chain:
-            draft = _first_branch(draft)
+            raise ValueError("a tree drafted for a pass that verifies chains only")
         draft = _reachable(draft, out)
         stats.draft_ms += _ms_since(t)
 
         t = time.perf_counter()
         base = target.length
-        logits = target.forward([current] + draft.tokens, draft.pass_parents())
-        pass_seconds = time.perf_counter() - t
-        if sampling.greedy:
-            accepted, current = verify_greedy(draft, logits)
-        else:
-            accepted, current = verify_sampling(draft, logits, sampling, generator)
+        logits = _target_pass(target, [current] + draft.tokens, draft.pass_parents(), stats)
+        accepted, current = verify(draft, logits, sampling, generator)
+        pass_seconds = time.perf_counter() - t  # a GPU's pass ends where verification reads its ids
+        stats.logits_to_host += logits.crossed
         target.keep(base, [draft.pass_position(i) for i in [-1, *accepted]])
         stats.verify_ms += _ms_since(t)
 
-        stats.target_passes += 1
         stats.count_draft(draft.sources(), accepted, draft.model_choices_tested(accepted))
         drafter.observe(draft, accepted, current, pass_seconds)
         out.commit([draft.tokens[i] for i in accepted] + [current])
@@ -283,13 +246,3 @@ def _reachable(draft: Draft, out: _Output) -> Draft:
             if not out.would_stop(paths[i]):
                 open_.add(i)
     return draft if len(kept) == len(draft) else draft.keep(kept)
-
-
-def _first_branch(draft: Draft) -> Draft:
-    """The chain of first children: for backends without tree attention."""
-    nodes, node = [], -1
-    for i, parent in enumerate(draft.parents):
-        if parent == node:
-            nodes.append(i)
-            node = i
-    return Draft.chain([draft.tokens[i] for i in nodes], info=[draft.info[i] for i in nodes] if draft.info else ())

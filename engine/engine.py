@@ -244,7 +244,8 @@ class Engine:
         if mode not in self._drafters:
             self._drafters[mode] = Hybrid(self.lookup if mode != "draft" else None,
                                           self.draft if mode != "lookup" else None,
-                                          self.costs, self.acceptance, self.max_nodes)
+                                          self.costs, self.acceptance, self.max_nodes,
+                                          trees=self.target.capabilities.tree)
         return self._drafters[mode]
 
 

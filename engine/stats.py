@@ -21,9 +21,13 @@ class Stats:
     # those the ones it accepted: the pair's agreement, whatever the tree's shape.
     model_tested: int = 0
     model_agreed: int = 0
+    # Elements of the target's logits that verification copied to the host: token ids and a
+    # few probabilities, never whole rows (engine/execution/pass_logits.py).
+    logits_to_host: int = 0
     prefill_ms: float = 0.0
     draft_ms: float = 0.0
-    verify_ms: float = 0.0
+    verify_ms: float = 0.0  # the target's passes and verifying their logits
+    target_ms: float = 0.0  # in the target's passes alone (the device's work, where it waits for it)
     total_ms: float = 0.0
     stop_reason: str = ""
 

@@ -52,7 +52,7 @@ def bench(repo, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench_out")
     rc, stdout, stderr = _bench(
         str(repo), "--model", SMALL, "--tasks", str(TASKS), "--max-new-tokens", "12", "--dtype", "fp32",
-        "--threads", "2", "--seed", "1", "--modes", "lookup,hybrid", "--cold", "--quality", str(QUALITY),
+        "--threads", "2", "--seed", "1", "--modes", "lookup,hybrid", "--cold", "--host-work", "--quality", str(QUALITY),
         "--json", str(out / "bench.json"), "--plot", str(out / "bench.png"))
     return {"rc": rc, "stdout": stdout, "stderr": stderr,
             "report": json.loads((out / "bench.json").read_text()), "plot": out / "bench.png"}
@@ -129,6 +129,21 @@ def test_cold_runs_time_the_prefill(bench):
 
 
 @end_to_end
+def test_host_work_is_measured_against_the_recorded_output(bench):
+    """The replay decodes each task again (it checks that every mode writes the recorded
+    output); plain decoding reads one id a pass, lookup at most a pass's positions."""
+    host = bench["report"]["host_work"]
+    assert set(host) == {"ar", "lookup"}
+    assert host["ar"]["logits_to_host_per_pass"] == 1.0
+    assert 1.0 < host["lookup"]["logits_to_host_per_pass"] <= 17  # up to 16 drafted tokens and the root
+    assert host["lookup"]["tokens_per_pass"] > host["ar"]["tokens_per_pass"]
+    for numbers in host.values():
+        assert numbers["tasks"] == 2 * TASKS  # both workloads
+        assert 0 < numbers["host_ms_per_pass_p50"] <= numbers["host_ms_per_pass_p90"]
+    assert "Host work per target pass" in bench["stdout"]
+
+
+@end_to_end
 def test_bench_numbers_are_consistent(bench):
     for workload in bench["report"]["workloads"].values():
         modes = workload["modes"]
@@ -168,7 +183,8 @@ def test_bench_prints_a_table_progress_and_a_plot(bench):
     (["--modes", "ar,warp"], "unknown mode 'warp'"),
     (["--modes", "draft"], "mode 'draft' needs a draft model: give --draft"),
     (["--tasks", "0"], "--tasks, --quality and --pauses must be at least 0, one of them positive"),
-    (["--pauses", "4", "--endpoint", "http://127.0.0.1:1"], "--pauses starts a local server; it does not take --endpoint"),
+    (["--pauses", "4", "--endpoint", "http://127.0.0.1:1"], "--pauses and --host-work run locally; they do not take --endpoint"),
+    (["--host-work", "--endpoint", "http://127.0.0.1:1"], "--pauses and --host-work run locally; they do not take --endpoint"),
 ])
 def test_bad_options_get_one_clear_line(repo, argv, message):
     with pytest.raises(SystemExit) as exit_:

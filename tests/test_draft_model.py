@@ -67,7 +67,7 @@ def test_engine_arithmetic_equals_the_training_module(engine: Engine) -> None:
     target.truncate(0)
     target.forward(ids[:-1], logits=False)
     draft.reset()
-    last = torch.from_numpy(draft.catch_up(ids))  # the cached route, as drafting runs it
+    last = draft.catch_up(ids)  # the cached route, as drafting runs it
     shipped = load_file(EMBEDDED_DRAFT_DIR / "model.safetensors")
     weights = load_weights(model_path(SMALL))
     net = FeatureDraftNet(weights.config, weights.tensors, 0, shipped["head_rows"])

@@ -86,12 +86,11 @@ def test_lookup_with_a_stop_rule_verifies_fewer_tokens_and_writes_the_same(engin
     text = stdlib_text("textwrap.py")
     cut = text.index("    def _split(self, text):")
     verified = []  # tokens fed to lookup's verification passes (not the prefill's)
-    forward = engine.target.forward
+    score = engine.target.score
 
     def counting(tokens, *args, **kwargs):
-        if kwargs.get("logits", True):
-            verified.append(len(tokens))
-        return forward(tokens, *args, **kwargs)
+        verified.append(len(tokens))
+        return score(tokens, *args, **kwargs)
 
     totals = []
     for prune in (True, False):
@@ -102,8 +101,8 @@ def test_lookup_with_a_stop_rule_verifies_fewer_tokens_and_writes_the_same(engin
             prompt = text[:cut] + text[:text.index("\n", at) + 1]
             request = Request(max_new_tokens=24, heal=False, stop=_single_line)
             expected = engine.complete(prompt, request, "ar").tokens
-            monkeypatch.setattr(engine.target, "forward", counting)
+            monkeypatch.setattr(engine.target, "score", counting)
             assert engine.complete(prompt, request, "lookup").tokens == expected
-            monkeypatch.setattr(engine.target, "forward", forward)
+            monkeypatch.setattr(engine.target, "score", score)
         totals.append(sum(verified))
     assert totals[0] < totals[1]

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from engine.api import Request, Sampling
 from engine.decoding import Vocabulary, generate_speculative
@@ -17,7 +18,7 @@ from engine.drafters import draft_model
 from engine.drafters.draft_model import DraftModel
 from engine.drafters.hybrid import Hybrid
 from engine.drafters.lookup import Lookup
-from engine.sampling import probabilities
+from engine.sampling import probabilities as _probabilities
 from tests.tiny_models import random_feature_draft, random_llama
 
 pytestmark = pytest.mark.integration  # statistical tests: thousands of samples, minutes
@@ -26,6 +27,10 @@ PROMPT = [1, 5, 2, 7, 1, 5]
 RUNS = 4000
 SAMPLING = Sampling(temperature=1.0)
 VOCABULARY = Vocabulary(eos_ids=frozenset(), decode=lambda ids: "", healer=None)  # tokens only
+
+
+def probabilities(logits: np.ndarray, sampling: Sampling) -> np.ndarray:
+    return _probabilities(torch.from_numpy(logits), sampling).numpy()
 
 
 def chi_square_critical(df: int, z: float = 3.09) -> float:

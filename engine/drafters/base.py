@@ -3,13 +3,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
 from engine.execution.backends.base import Backend
 from engine.api import Sampling
 from engine.draft_length import PassCosts
+
+if TYPE_CHECKING:
+    import torch
 
 # Where a drafted token came from. "document": the prompt, the output so far and open files;
 # "workspace": the workspace's files; "history": this process's earlier outputs; "model": a
@@ -41,11 +44,11 @@ class Draft:
 
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
-    probs: np.ndarray | None = None
+    probs: torch.Tensor | None = None
     info: list[NodeInfo] = field(default_factory=list)
 
     @classmethod
-    def chain(cls, tokens: Sequence[int], probs: np.ndarray | None = None,
+    def chain(cls, tokens: Sequence[int], probs: torch.Tensor | None = None,
               info: Sequence[NodeInfo] = ()) -> Draft:
         return cls(list(tokens), list(range(-1, len(tokens) - 1)), probs, list(info))
 

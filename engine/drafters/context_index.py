@@ -26,10 +26,14 @@ class ContextIndex:
     def sync(self, context: Sequence[int]) -> int:
         """Hold exactly `context`; returns how many tokens were kept from before."""
         common = common_prefix(self.tokens, context)
+        retracted = len(self.tokens) > common
         while len(self.tokens) > common:  # undo the positions past the common prefix
             self.tokens.pop()
             self.automaton.retract(self._prefix_states.pop())
-        if self.automaton.states > _REBUILD_STATES_PER_TOKEN * len(context) + _REBUILD_SLACK:
+        # Retracted positions leave their states behind: rebuilt when they pile up, only at a
+        # new request's first sync (its prompt is read before the timed drafting, where
+        # growing by a few tokens a pass never piles them up).
+        if retracted and self.automaton.states > _REBUILD_STATES_PER_TOKEN * len(context) + _REBUILD_SLACK:
             self.automaton, self.tokens, self._prefix_states = SuffixAutomaton(), [], [ROOT]
             common = 0
         for token in context[len(self.tokens):]:

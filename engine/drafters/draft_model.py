@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from engine.api import Sampling
 from engine.execution.backends.base import Backend, common_prefix
@@ -73,7 +74,7 @@ class DraftModel:
     def behind(self, context: Sequence[int]) -> int:
         return len(context) - common_prefix(self.backend.tokens, context[:-1])
 
-    def _read(self, context: Sequence[int], prefix: Sequence[int]) -> np.ndarray:
+    def _read(self, context: Sequence[int], prefix: Sequence[int]) -> torch.Tensor:
         """Drop the cache past the common prefix and read the rest, then `prefix`: the logits
         after context[-1] and after each prefix token (len(prefix) + 1 rows)."""
         common = common_prefix(self.backend.tokens, context[:-1])
@@ -83,7 +84,7 @@ class DraftModel:
         if len(rest) > _READ_WITH_LOGITS:
             self.backend.sync(context[:-1])
             rest = rest[-1:]
-        return self.backend.forward(rest + list(prefix))[len(rest) - 1:]
+        return self.backend.score(rest + list(prefix)).rows[len(rest) - 1:]  # where its pass left them
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: np.random.Generator, prefix: Sequence[int] = ()) -> Draft:
@@ -98,7 +99,7 @@ class DraftModel:
         logits, token = rows[agreed], None
         for level in range(agreed, k):
             if level > agreed:
-                logits = self.backend.forward([token])[-1]
+                logits = self.backend.score([token]).rows[-1]
             token = tree.step(logits, sampling, generator, self.siblings)
             if token is None:
                 break

@@ -74,7 +74,7 @@ class FeatureDraft:
         return F.linear(torch.cat(vectors, -1), self.fc, self.fc_bias)
 
     @torch.inference_mode()
-    def catch_up(self, context: Sequence[int]) -> np.ndarray:
+    def catch_up(self, context: Sequence[int]) -> torch.Tensor:
         """Bring the draft's cache to the target's (which holds context[:-1]); return the logits of
         its last position: the draft's guess at the token after context[-1]. Drafting calls it
         first; `prefill` calls it ahead, out of the timed path."""
@@ -86,7 +86,7 @@ class FeatureDraft:
             x = self._input(context[i + 1:j + 1], self.target.features[i:j])
             self.backend.forward_hidden(x, context[i + 1:j + 1], logits=False)
         self._inputs = list(context[:end + 1])
-        return self.backend.head_logits(self.backend.features[end - 1:end])[0].numpy()
+        return self.backend.head_logits(self.backend.features[end - 1:end])[0]
 
     def prefill(self, context: Sequence[int]) -> None:
         """Read the target's features for `context` (whose cache holds context[:-1]) now."""
@@ -111,5 +111,5 @@ class FeatureDraft:
                 break
             if level + 1 < k:
                 feature = self.backend.features[self.backend.length - 1:self.backend.length]
-                logits = self.backend.forward_hidden(self._input([token], feature), [token])[-1].numpy()
+                logits = self.backend.forward_hidden(self._input([token], feature), [token])[-1]
         return tree.finish()

@@ -45,10 +45,11 @@ _TIMED_ENOUGH = 12
 
 class Hybrid:
     def __init__(self, lookup: Lookup | None, model: ModelDrafter | None, costs: PassCosts,
-                 acceptance: Acceptance, max_nodes: int = 32):
+                 acceptance: Acceptance, max_nodes: int = 32, trees: bool = True):
         self.lookup, self.model = lookup, model
         self.costs, self.acceptance = costs, acceptance
         self.max_nodes = max_nodes
+        self.trees = trees  # the target verifies token trees; else it gets the best chain
         self._costs_version = -1  # the pass costs' version that `floor` and the model's tuning follow
         self.floor = 0.0  # lookup explores nothing less likely
         self._model_chain: list[int] = []  # the model's first choice at each level, last draft
@@ -103,7 +104,16 @@ class Hybrid:
         if self._drafts % EXPLORE_EVERY == 0:
             untimed = self.costs.untimed_width(_TIMED_ENOUGH)
             keep = max(keep, untimed - 1 if untimed else 0)  # a pass of `untimed` tokens
+        if not self.trees:
+            return self._best_chain(tree, spent, keep)
         return tree.select(self.costs, spent, self.max_nodes, keep=keep)
+
+    def _best_chain(self, tree: TokenTree, spent: float, keep: int) -> Draft:
+        """For a target that verifies chains only: the likeliest path, as far as it pays."""
+        path = tree.best_path()[:self.max_nodes]
+        n, _ = best_prefix([tree.nodes[i].chance for i in path], self.costs, spent)
+        chosen = path[:max(n, min(keep, len(path)))]
+        return Draft.chain([tree.nodes[i].token for i in chosen], info=[tree.nodes[i].info for i in chosen])
 
     def _follow_costs(self) -> None:
         """What derives from the pass costs, after timed passes corrected them."""

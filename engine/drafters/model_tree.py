@@ -12,10 +12,12 @@ stays a leaf and the model's own chain goes on from there.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from engine.api import Sampling
 from engine.draft_length import model_bucket
 from engine.drafters.base import Draft, NodeInfo
+from engine.execution.pass_logits import largest
 from engine.sampling import draw, probabilities, softmax
 
 
@@ -23,7 +25,7 @@ class ModelTree:
     def __init__(self, min_path_prob: float, sibling_min_prob: float):
         self.min_path_prob, self.sibling_min_prob = min_path_prob, sibling_min_prob
         self.draft = Draft()
-        self._dists: list[np.ndarray] = []
+        self._dists: list[torch.Tensor] = []
         self._parent, self._path = -1, 1.0
         self._nodes: dict[tuple[int, int], int] = {}  # (parent, token) -> node: no twins
 
@@ -36,54 +38,41 @@ class ModelTree:
             self.draft.info.append(NodeInfo("model", model_bucket(p), p, top))
         return node
 
-    def step(self, logits: np.ndarray, sampling: Sampling, generator: np.random.Generator,
+    def step(self, logits: torch.Tensor, sampling: Sampling, generator: np.random.Generator,
              siblings: int) -> int | None:
         """Add the next level from the model's logits; returns the chain's new token, or None
         where greedy drafting stops (the path became too unlikely)."""
         if sampling.greedy:
-            probs = softmax(logits)
-            top = _largest(probs, 1 + siblings)
-            top_p = probs[top]
-            token, p = int(top[0]), float(top_p[0])
+            top_p, top = largest(softmax(logits), 1 + siblings)
+            token, p = top[0], top_p[0]
             if self._path * p < self.min_path_prob:
                 return None
             node = self._add(token, p)
-            for q, alt in zip(top_p[1:].tolist(), top[1:].tolist()):
+            for q, alt in zip(top_p[1:], top[1:]):
                 if self._path * q >= self.sibling_min_prob:
                     self._add(alt, q, top=False)
         else:
             probs = probabilities(logits, sampling)
-            token = draw(probs, generator)
+            token = draw(probs, generator.random())
             p = float(probs[token])
             self._dists.append(probs)
             node = self._add(token, p)
         self._parent, self._path = node, self._path * p
         return token
 
-    def follow(self, logits: np.ndarray, token: int) -> bool:
+    def follow(self, logits: torch.Tensor, token: int) -> bool:
         """Add a given token (lookup's, which the model read) at the next level with the
         model's probability of it. Where it is the model's own first choice the chain goes on
         through it (True); otherwise it stays a leaf, and the caller goes on with `step` from
         the same logits (False)."""
         probs = softmax(logits)
         p = float(probs[token])
-        agrees = int(probs.argmax()) == token
+        agrees = largest(probs, 1)[1][0] == token
         node = self._add(token, p, top=agrees)
         if agrees:
             self._parent, self._path = node, self._path * p
         return agrees
 
     def finish(self) -> Draft:
-        self.draft.probs = np.stack(self._dists) if self._dists else None
+        self.draft.probs = torch.stack(self._dists) if self._dists else None
         return self.draft
-
-
-def _largest(probs: np.ndarray, k: int) -> np.ndarray:
-    """The indices of the k largest, largest first, by k argmaxes: argpartition took 10 ms on a
-    vocabulary that is mostly zeros (a draft whose head keeps a shortlist, drafters/draft_model.py)."""
-    probs = probs.copy()
-    top = np.empty(k, dtype=np.int64)
-    for i in range(k):
-        top[i] = probs.argmax()
-        probs[top[i]] = -1.0
-    return top

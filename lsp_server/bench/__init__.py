@@ -20,7 +20,7 @@ from pathlib import Path
 
 from engine.api import MODES
 from engine.errors import EngineError
-from lsp_server.bench import next_edits
+from lsp_server.bench import host_work, next_edits
 from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwidth_gb_s
 from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
 from lsp_server.bench.pauses import DraftlineEditor, LlamaVimEditor, format_pauses, run_pauses, walks
@@ -56,6 +56,9 @@ def add_parser(sub) -> None:
                    help="characters of the file before the cursor in each prompt (default 2048)")
     p.add_argument("--cold", action="store_true",
                    help="also time every task from an empty cache, prefill included")
+    p.add_argument("--host-work", action="store_true",
+                   help="also measure the host's work per target pass, decoding each task again against the "
+                        "recorded output with passes that cost nothing (host_work.py)")
     p.add_argument("--quality", type=int, default=0, metavar="N",
                    help="also score N next-line completions of your code per workload (lines using a name "
                         "another file defines, other lines): exact match, edit similarity, through the "
@@ -183,8 +186,8 @@ def run(args: argparse.Namespace) -> int:
             args.tasks + args.quality + args.pauses == 0:
         raise _fail("--tasks, --quality and --pauses must be at least 0, one of them positive; "
                     "--max-new-tokens at least 1")
-    if args.pauses and args.endpoint:
-        raise _fail("--pauses starts a local server; it does not take --endpoint")
+    if (args.pauses or args.host_work) and args.endpoint:
+        raise _fail("--pauses and --host-work run locally; they do not take --endpoint")
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise _fail("--plot needs matplotlib, which is not installed: pip install 'draftline[bench]'")
     try:
@@ -238,6 +241,10 @@ def run(args: argparse.Namespace) -> int:
             runs = run_all(contenders, tasks, prompts, documents, args.max_new_tokens, caches, progress)
             if args.cold:
                 report["prefill_tokens_per_s"] = prefill_rates(runs, [len(p) for p in prompts])
+            if args.host_work:
+                outputs = {r.task: r.tokens for r in runs if r.mode == "ar" and not r.cold}
+                report["host_work"] = host_work.measure(engine.tokenizer, sources.files, tasks, prompts,
+                                                        [outputs[i] for i in range(len(tasks))], args.max_new_tokens)
             references = {i: t.reference for i, t in enumerate(tasks)}
             for key, cold in (("workloads", False), ("cold_workloads", True))[:len(caches)]:
                 report[key] = summarize([r for r in runs if r.cold == cold], workload_ids, references,
@@ -253,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
     if not remote:
         report["model"]["pass_cost_learned"] = engine.describe()["pass_cost"]
     table = format_table(report) if tasks else ""
+    if "host_work" in report:
+        table += host_work.format_host_work(report["host_work"], engine.tokenizer.vocab_size)
     if quality_lines:
         table += format_quality(report["quality"])
     if args.pauses:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.execution.pass_logits import PassLogits
 from engine.execution.plan import STORED, ExecutionPlan
 
 PREFILL_CHUNK = 256  # the most tokens in one prefill pass
@@ -120,6 +121,12 @@ class Backend(ABC):
         With `parents` (tree mode) token i attends to the cache, its ancestors and itself;
         parents[i] is the index of its parent among `tokens`, or -1 for the cache's last token.
         """
+
+    def score(self, tokens: Sequence[int], parents: Sequence[int] | None = None) -> PassLogits:
+        """`forward`, with the logits left where the pass computed them: decoding verifies
+        drafts through this (engine/verification.py), and only token ids and a few
+        probabilities cross to the host. A GPU backend overrides it."""
+        return PassLogits(self.forward(tokens, parents))
 
     def keep_head_rows(self, ids: np.ndarray) -> bool:
         """Compute logits for the token `ids` only (sorted; -inf for the rest) where the backend

@@ -11,10 +11,10 @@ import importlib.util
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from engine.execution.backends.base import Backend, Capabilities
+from engine.execution.pass_logits import TensorPasses
 from engine.errors import BackendUnavailable, EngineError, ModelLoadError
 from engine.stdout_guard import stdout_to_stderr
 from engine.tokenization.hf import load_folder
@@ -54,7 +54,7 @@ def keep_torch_threads() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-class ExLlamaV2Backend(Backend):
+class ExLlamaV2Backend(TensorPasses, Backend):
     """A loaded ExLlamaV2 model and its cache; `tokens` mirrors `cache.current_seq_len`."""
 
     def __init__(self, model, cache, vocab_size: int, max_len: int):
@@ -71,8 +71,7 @@ class ExLlamaV2Backend(Backend):
         return Capabilities(tree=False, device="cuda")
 
     @torch.inference_mode()
-    def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
-                logits: bool = True) -> np.ndarray | None:
+    def _pass(self, tokens: Sequence[int], parents: Sequence[int] | None, logits: bool) -> torch.Tensor | None:
         n = len(tokens)
         if n == 0:
             raise ValueError("forward needs at least one token")
@@ -86,7 +85,7 @@ class ExLlamaV2Backend(Backend):
         if not logits:
             return None
         # fp16 logits, possibly with padded head columns (set to -65504) past the real vocabulary.
-        return out[0, :, :self.vocab_size].float().cpu().numpy()
+        return out[0, :, :self.vocab_size].float()
 
     def truncate(self, n: int) -> None:
         del self.tokens[n:]

@@ -24,6 +24,7 @@ from engine.loading.architectures import FAMILIES
 from engine.execution.backends.base import ArrayCache, Capabilities, pass_positions
 from engine.errors import EngineError
 from engine.execution.plan import STORED, ExecutionPlan
+from engine.execution.pass_logits import TensorPasses
 from engine.loading.formats.gguf_blocks import BlockMatrix, BlockStack
 from engine.execution.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight, as_dtype, available_memory,
                                       compute_dtype, fuse, int8_product, linear, prefill_candidates, to_format,
@@ -77,7 +78,7 @@ def _mapped(w: Weight) -> bool:
 _MATRICES = ("wqkv", "wo", "w_gate_up", "w_down")
 
 
-class TorchLlama(ArrayCache):
+class TorchLlama(TensorPasses, ArrayCache):
     def __init__(self, weights: LoadedWeights, dtype: torch.dtype = torch.bfloat16,
                  max_len: int = 4096, device: str = "cpu", head_rows: torch.Tensor | None = None,
                  quant: str | None = None, copy_budget: float = 0.25):
@@ -236,11 +237,9 @@ class TorchLlama(ArrayCache):
         torch.set_num_threads(n)
 
     @torch.inference_mode()
-    def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
-                logits: bool = True) -> np.ndarray | None:
+    def _pass(self, tokens: Sequence[int], parents: Sequence[int] | None, logits: bool) -> torch.Tensor | None:
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
-        out = self.forward_hidden(self.embed_tokens(ids), tokens, parents, logits)
-        return None if out is None else out.cpu().numpy()
+        return self.forward_hidden(self.embed_tokens(ids), tokens, parents, logits)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """Input vectors in the model's dtype (what a feature draft concatenates them with)."""
