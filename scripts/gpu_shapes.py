@@ -18,8 +18,8 @@ run where the real models are. For each GPU backend (torch; exllamav2 where inst
   3. host work per target pass: a generation's wall time, its prompt already in the caches,
      less the time inside the target's and the draft's `forward`, over its target passes;
      p50 over the generations, per mode;
-  4. `policy`: per backend and target, without and with the 0.5B draft, the costs the drafting
-     policy takes (in one-token passes of the target: `width_cost`, what each token more in a
+  4. `policy`: per backend and target, without and with the 0.5B draft, whether it verifies
+     token trees (`tree`; exllamav2 verifies chains), the costs the drafting policy takes (in one-token passes of the target: `width_cost`, what each token more in a
      pass adds, a least-squares slope; `relative_pass_cost`, widths 1..16; `draft_cost`, a
      one-token pass of the draft) and the measured milliseconds, for `policy_under_costs.py`.
 
@@ -28,8 +28,9 @@ about 3.5 GB at 1.5B, 15 GB at 7B); a shape whose writing and loading would not 
 left (--budget-s) is skipped, and the output says so. JSON is written after every step, so a
 run cut short keeps what it measured. Exits 1 on any mismatch or error.
 
---cpu-dry-run runs the same steps at tiny shapes on CPU torch in fp32 (no CUDA, no exllamav2):
-the test suite runs it, so the harness works when a GPU is lent.
+--cpu-dry-run runs the same steps at tiny shapes on CPU torch in fp32 (no CUDA, no exllamav2:
+its folders are written and read back by the torch backend instead). The test suite runs it,
+so that the harness works when a GPU is lent.
 """
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ from engine.engine import Engine, pair_draft  # noqa: E402
 from engine.execution.backends.base import Backend  # noqa: E402
 from engine.execution.backends.torch_llama import TorchLlama  # noqa: E402
 from engine.loading.architectures import FAMILIES, expand  # noqa: E402
+from engine.loading.formats.load import load_weights  # noqa: E402
 from engine.loading.weights import LazyTensors, LlamaConfig, LoadedWeights, expected_shapes  # noqa: E402
 from engine.models import load_model  # noqa: E402
 from engine.tokenization import load_tokenizer  # noqa: E402
@@ -73,6 +75,7 @@ SHAPES = {  # Qwen2.5-Coder's config.json values
 TARGETS, DRAFT = ("1.5b", "7b"), "0.5b"
 WIDTHS = (1, 2, 4, 8, 16)
 MODES = ("ar", "lookup", "draft", "hybrid")
+FOLDER = "torch (hf folder)"  # a dry run's stand-in for exllamav2: the same folder, read by the torch backend
 # A dry run's stand-ins (the tokenizer's vocabulary; the same family, tying and head grouping):
 # hidden, intermediate, layers, heads, KV heads.
 TINY = {"1.5b": (64, 128, 2, 4, 2), "7b": (96, 192, 2, 6, 2), "0.5b": (32, 64, 2, 2, 1)}
@@ -329,7 +332,8 @@ class Run:
         for with_draft in (False, True):
             modes = ("ar", "draft", "hybrid") if with_draft else ("ar", "lookup")
             self.result["policy"].append(
-                {"backend": backend, "target": shape, "draft": DRAFT if with_draft else None}
+                {"backend": backend, "target": shape, "draft": DRAFT if with_draft else None,
+                 "tree": target.capabilities.tree}
                 | policy_costs(passes, self.draft_ms if with_draft else None)
                 | {"pass_ms": {w: p["ms"] for w, p in passes.items()},
                    "draft_pass_ms": self.draft_ms if with_draft else None,
@@ -352,18 +356,26 @@ class Run:
             torch.cuda.empty_cache()
         self.decode("torch", shape, self.torch_model(shape, torch.float32), passes)
 
-    def run_exllamav2(self, shape: str) -> None:
+    def run_folder(self, backend: str, shape: str) -> None:
+        """exllamav2 reads a Hugging Face folder: the random model is written as one (fp16) and
+        loaded from it. A dry run loads the folder with the torch backend in fp32 instead."""
         folder = Path(tempfile.mkdtemp(prefix=f"gpu_shapes_{shape}_", dir=self.args.work_dir))
         try:
             write_hf_folder(self.weights(shape), folder, self.tokenizer_dir)
-            target, _ = load_model(folder, None, "exllamav2", max_len=self.args.max_len)
-            passes = self.time_model(target, (target.model, "forward"))
-            self.result["backends"].setdefault("exllamav2", {})[shape] = {"passes": passes}
-            self.decode("exllamav2", shape, target, passes)
+            if backend == "exllamav2":
+                target, _ = load_model(folder, None, "exllamav2", max_len=self.args.max_len)
+                compute = (target.model, "forward")
+            else:
+                target = TorchLlama(load_weights(folder), torch.float32, max_len=self.args.max_len)
+                target.limit_vocab(self.rows_in_use)
+                compute = (target, "forward_hidden")
+            passes = self.time_model(target, compute)
+            self.result["backends"].setdefault(backend, {})[shape] = {"passes": passes}
+            self.decode(backend, shape, target, passes)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def exllamav2_fits(self, shape: str) -> bool:
+    def folder_fits(self, shape: str) -> bool:
         """Whether writing, loading and measuring `shape`'s fp16 folder fits the time left."""
         c = self.shapes[shape]
         gb = 2 * (c.n_layers * _layer_params(c) + c.vocab_size * c.hidden_size * (2 - c.tie_embeddings)) / 1e9
@@ -378,16 +390,20 @@ class Run:
         self.step(f"torch: draft {DRAFT} one-token pass", self.time_draft)
         for shape in TARGETS:
             self.step(f"torch: {shape}", lambda shape=shape: self.run_torch(shape))
-        reason = "a dry run has no CUDA" if not self.cuda else "--no-exllamav2" if self.args.no_exllamav2 else None
-        if reason is None:
+        if not self.cuda:
+            self.result["skipped"].append(f"exllamav2: a dry run has no CUDA; its folders are loaded by {FOLDER}")
+            folder_backend = FOLDER
+        else:
             from engine.execution.backends.exllamav2 import unavailable_reason
 
-            reason = unavailable_reason(torch.version.cuda, True, importlib.util.find_spec("exllamav2") is not None)
-        if reason:
-            self.result["skipped"].append(f"exllamav2: {reason}")
-        for shape in TARGETS if reason is None else ():
-            if self.exllamav2_fits(shape):
-                self.step(f"exllamav2: {shape}", lambda shape=shape: self.run_exllamav2(shape))
+            reason = "--no-exllamav2" if self.args.no_exllamav2 else unavailable_reason(
+                torch.version.cuda, True, importlib.util.find_spec("exllamav2") is not None)
+            if reason:
+                self.result["skipped"].append(f"exllamav2: {reason}")
+            folder_backend = None if reason else "exllamav2"
+        for shape in TARGETS if folder_backend else ():
+            if self.folder_fits(shape):
+                self.step(f"{folder_backend}: {shape}", lambda shape=shape: self.run_folder(folder_backend, shape))
         self.save()
 
 
@@ -421,7 +437,7 @@ def main() -> int:
     p.add_argument("--prompts", type=int, help="prompts per backend and shape (3; dry run 2)")
     p.add_argument("--repeats", type=int, help="timed passes per width, the median kept (7; dry run 3)")
     p.add_argument("--budget-s", type=float, default=420, help="seconds this run may take")
-    p.add_argument("--seconds-per-gb", type=float, default=8.0,
+    p.add_argument("--seconds-per-gb", type=float, default=5.0,
                    help="estimated seconds to write and load a GB of an exllamav2 folder")
     p.add_argument("--no-exllamav2", action="store_true", help="measure the torch backend only")
     p.add_argument("--work-dir", type=Path, help="where exllamav2's folders are written (default: the temp dir)")

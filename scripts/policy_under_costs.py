@@ -24,7 +24,8 @@ width here (1 + drafted nodes per target pass); d: the draft's one-token pass th
 draft model's passes (`forward` with logits) per target pass here; h_ar, h_mode: the host work
 per target pass measured there for plain decoding and for the mode. Acceptance is this
 machine's --model's (random weights there have none): a 7B entry is the 7B's costs over the
---model's acceptance. exllamav2 verifies one branch per pass, so its entries run chains only.
+--model's acceptance. An entry whose backend verifies no token trees (`tree` false: exllamav2)
+runs chains only.
 --draft must be a model of its own (not `embedded`): its passes are counted at its `forward`.
 """
 from __future__ import annotations
@@ -80,7 +81,7 @@ def settings_from_file(path: Path, one: float) -> list[Setting]:
         costs = PassCosts([0.0] + [one * r for r in relative], draft_cost=one * (entry["draft_cost"] or 0.0))
         name = f"{entry['backend']} {entry['target']}" + (f" + {entry['draft']}" if entry["draft"] else "")
         settings.append(Setting(name, costs, ("draft", "hybrid") if entry["draft"] else ("lookup",), entry,
-                                chains_only=entry["backend"] == "exllamav2"))
+                                chains_only=not entry["tree"]))
     return settings
 
 
