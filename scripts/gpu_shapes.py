@@ -19,9 +19,10 @@ run where the real models are. For each GPU backend (torch; exllamav2 where inst
      less the time inside the target's and the draft's `forward`, over its target passes;
      p50 over the generations, per mode;
   4. `policy`: per backend and target, without and with the 0.5B draft, whether it verifies
-     token trees (`tree`; exllamav2 verifies chains), the costs the drafting policy takes (in one-token passes of the target: `width_cost`, what each token more in a
-     pass adds, a least-squares slope; `relative_pass_cost`, widths 1..16; `draft_cost`, a
-     one-token pass of the draft) and the measured milliseconds, for `policy_under_costs.py`.
+     token trees (`tree`; exllamav2 verifies chains), the costs the drafting policy takes (in
+     one-token passes of the target: `width_cost`, what each token more in a pass adds, a
+     least-squares slope; `relative_pass_cost`, widths 1..16; `draft_cost`, a one-token pass of
+     the draft) and the measured milliseconds, for `policy_under_costs.py --costs`.
 
 exllamav2 reads a Hugging Face folder, so its random models are written to local disk (fp16:
 about 3.5 GB at 1.5B, 15 GB at 7B); a shape whose writing and loading would not fit the time
@@ -65,8 +66,7 @@ from engine.models import load_model  # noqa: E402
 from engine.tokenization import load_tokenizer  # noqa: E402
 from engine.tokenization.tokenizer import Tokenizer  # noqa: E402
 
-FAMILY = "qwen2"
-_QWEN = dict(rope_theta=1e6, rms_eps=1e-6, max_position=32768, family=FAMILY)
+_QWEN = dict(rope_theta=1e6, rms_eps=1e-6, max_position=32768, family="qwen2")
 SHAPES = {  # Qwen2.5-Coder's config.json values
     "1.5b": LlamaConfig(151936, 1536, 8960, 28, 12, 2, tie_embeddings=True, **_QWEN),
     "7b": LlamaConfig(152064, 3584, 18944, 28, 28, 4, tie_embeddings=False, **_QWEN),
@@ -183,18 +183,18 @@ def time_passes(backend: Backend, device: Meter, context: list[int], widths: tup
     return out
 
 
-def pass_cost_seconds(passes: dict[str, dict[str, float]], max_width: int) -> list[float]:
-    """Seconds by width 0..max_width (index = tokens; [0] unused), linear between the timed
-    widths: the list PassCosts takes."""
+def pass_cost_seconds(passes: dict[str, dict[str, float]]) -> list[float]:
+    """Seconds by width up to the widest timed (index = tokens; [0] unused), linear between the
+    timed widths: the list PassCosts takes (it extrapolates linearly past it)."""
     xs = [int(w) for w in passes]
     ys = [passes[w]["ms"] / 1000 for w in passes]
-    return [0.0] + [float(np.interp(w, xs, ys)) for w in range(1, max_width + 1)]
+    return [0.0] + [float(np.interp(w, xs, ys)) for w in range(1, xs[-1] + 1)]
 
 
 def policy_costs(passes: dict, draft_ms: float | None) -> dict:
     """The drafting policy's inputs, in one-token passes of the target."""
     one = passes["1"]["ms"]
-    relative = [c / (one / 1000) for c in pass_cost_seconds(passes, WIDTHS[-1])[1:]]
+    relative = [c / (one / 1000) for c in pass_cost_seconds(passes)[1:]]
     extra = [(int(w) - 1, p["ms"] / one - 1) for w, p in passes.items() if int(w) > 1]
     width_cost = sum(x * y for x, y in extra) / sum(x * x for x, _ in extra)
     return {"one_token_pass_ms": one, "relative_pass_cost": [round(r, 4) for r in relative],
@@ -238,10 +238,23 @@ def generations(eng: Engine, meter: Meter, prompts: list[list[int]], new_tokens:
             for mode in MODES[1:]:
                 row = run(prompt, mode, document)
                 tokens = row.pop("tokens")
-                first = next((j for j, (a, b) in enumerate(zip(tokens, greedy)) if a != b), None)
-                rows.append(row | {"prompt": i, "identical": tokens == greedy, "first_difference": first})
+                rows.append(row | {"prompt": i, "identical": tokens == greedy}
+                            | ({} if tokens == greedy else difference(eng.target, prompt, greedy, tokens)))
             eng.lookup.remove_document("greedy output")
     return rows
+
+
+def difference(target: Backend, prompt: list[int], greedy: list[int], tokens: list[int]) -> dict:
+    """Where an output parts from plain greedy's, and by how much plain greedy's token led the
+    other in a one-token pass there: a near-tie (fp16 rounds a wide pass otherwise than a
+    one-token pass) or a fault."""
+    first = next((j for j, (a, b) in enumerate(zip(tokens, greedy)) if a != b), min(len(tokens), len(greedy)))
+    if first == min(len(tokens), len(greedy)):  # one output ended (end of text) where the other went on
+        return {"first_difference": first, "logit_margin": None}
+    context = prompt + greedy[:first]
+    target.sync(context[:-1])
+    logits = target.forward(context[-1:])[-1]
+    return {"first_difference": first, "logit_margin": round(float(logits[greedy[first]] - logits[tokens[first]]), 5)}
 
 
 def host_p50(rows: list[dict], modes: tuple[str, ...]) -> dict[str, float]:
@@ -324,7 +337,7 @@ class Run:
         meter.wrap(target, "forward")
         meter.wrap(draft, "forward")
         eng = Engine(target, self.tokenizer, pair_draft(target, self.tokenizer, draft, self.tokenizer),
-                     pass_cost=pass_cost_seconds(passes, Engine.K_MAX + 1), draft_cost=self.draft_ms / 1000)
+                     pass_cost=pass_cost_seconds(passes), draft_cost=self.draft_ms / 1000)
         for doc_id, text in self.documents.items():
             eng.set_document(doc_id, text)
         rows = generations(eng, meter, self.prompts, self.args.new_tokens)
@@ -428,11 +441,13 @@ def export_tokenizer(model: str, folder: Path) -> Path:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu-dry-run", action="store_true", help="tiny shapes on CPU torch, fp32")
-    p.add_argument("--tokenizer", type=Path, help="a folder with tokenizer.json (default: export the embedded one)")
+    p.add_argument("--tokenizer", type=Path,
+                   help="a folder with tokenizer.json (default: export the embedded model's)")
     p.add_argument("--export-tokenizer", type=Path, metavar="FOLDER", help="only write --model's tokenizer here")
     p.add_argument("--model", default="qwen2.5-coder-1.5b", help="whose tokenizer --export-tokenizer writes")
     p.add_argument("--out", type=Path, default=Path("/tmp/gpu_shapes/gpu_shapes.json"))
-    p.add_argument("--context", type=int, help="cache length of the timed passes and the prompts (1536; dry run 96)")
+    p.add_argument("--context", type=int,
+                   help="cache length of the timed passes, and prompt length (1536; dry run 96)")
     p.add_argument("--new-tokens", type=int, help="tokens per generation (32; dry run 12)")
     p.add_argument("--prompts", type=int, help="prompts per backend and shape (3; dry run 2)")
     p.add_argument("--repeats", type=int, help="timed passes per width, the median kept (7; dry run 3)")
@@ -454,7 +469,7 @@ def main() -> int:
     args.prompts = args.prompts or (2 if dry else 3)
     args.repeats = args.repeats or (3 if dry else 7)
     args.max_len = args.context + args.new_tokens + 2 * Engine.MAX_NODES + 64
-    tokenizer_dir = args.tokenizer or export_tokenizer("smollm2-135m", Path(tempfile.mkdtemp(prefix="gpu_shapes_tok_")))
+    tokenizer_dir = args.tokenizer or export_tokenizer("smollm2-135m", Path(tempfile.mkdtemp(prefix="gpu_shapes_")))
     run = Run(args, load_tokenizer(tokenizer_dir), tokenizer_dir)
     run.all()
     result = run.result
