@@ -14,7 +14,8 @@ run where the real models are. For each GPU backend (torch; exllamav2 where inst
      drafting from the checkout's other files, then again from a document holding the greedy
      output itself (drafts right up to where they part): each output must equal plain greedy
      decoding token for token. torch decodes in fp32 here (bf16 rounds a one-token and a wide
-     pass differently, so only fp32 output is exact: the engine's rule); exllamav2 in fp16;
+     pass differently, so only fp32 output is exact: the engine's rule); exllamav2 in fp16. A
+     difference records where the outputs part and plain greedy's logit margin there;
   3. host work per target pass: a generation's wall time, its prompt already in the caches,
      less the time inside the target's and the draft's `forward`, over its target passes;
      p50 over the generations, per mode;
