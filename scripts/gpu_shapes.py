@@ -7,12 +7,12 @@ so the drafting policy's tokens per pass come from `scripts/policy_under_costs.p
 run where the real models are. For each GPU backend (torch; exllamav2 where installed):
 
   1. passes: a pass of 1, 2, 4, 8 and 16 tokens over a --context-token cache (1536), median
-     of --repeats (7) after a warm-up, synchronized: `ms` is the backend's `forward` as decoding calls
-     it (logits copied to the host), `device_ms` the model's compute inside it;
+     of --repeats (7) after a warm-up, synchronized: `ms` is the backend's `forward` as
+     decoding calls it (logits copied to the host), `device_ms` the model's compute inside it;
      torch in bf16 (fp16 where the GPU has no bf16), exllamav2 in fp16;
   2. every mode (ar, lookup, draft, hybrid) on prompts cut from this checkout's engine/ code,
-     lookup drafting from those files, then again from a document holding the greedy
-     output itself (drafts right up to where they part): each output must equal plain greedy
+     lookup drafting from those files, then again from a document holding the greedy output
+     itself (drafts right up to where they part): each output must equal plain greedy
      decoding token for token. torch decodes in fp32 here (bf16 rounds a one-token and a wide
      pass differently, so only fp32 output is exact: the engine's rule); exllamav2 in fp16. A
      difference records where the outputs part and plain greedy's logit margin there;
