@@ -46,7 +46,7 @@ from engine.drafters.hybrid import Hybrid
 from engine.engine import Engine
 from engine.execution.backends.base import Backend
 from lsp_server.bench.sources import find_sources
-from lsp_server.bench.tasks import WORKLOADS, build_tasks, prompt_tokens
+from lsp_server.bench.tasks import WORKLOADS, Task, build_tasks, prompt_tokens
 
 
 @dataclass
@@ -127,6 +127,31 @@ class DraftPasses:
         backend.forward = counted
 
 
+def run_mode(engine: Engine, setting: Setting, mode: str, tasks: list[Task], prompts: list[list[int]],
+             plain: list[list[int]], request: Request, draft_passes: DraftPasses) -> dict:
+    """One mode under one setting over a workload's tasks: its row."""
+    tokens = passes = drafted = identical = 0
+    draft_passes.count = 0
+    with chain_passes(engine.target, setting.chains_only):
+        for task, prompt, want in zip(tasks, prompts, plain):
+            engine.remove_document(str(task.path))  # its continuation is what we ask for
+            engine.prefill(prompt)
+            result = engine.complete(prompt, request, mode)
+            identical += result.tokens == want
+            tokens += result.stats.new_tokens
+            passes += result.stats.target_passes
+            drafted += result.stats.drafted
+            engine.set_document(str(task.path), task.prefix + task.suffix)
+    passes = max(passes, 1)
+    row = {"setting": setting.name, "mode": mode, "tasks": len(tasks), "identical": identical,
+           "tokens_per_pass": round(tokens / passes, 3), "mean_width": round(1 + drafted / passes, 3),
+           "draft_passes_per_pass": round(draft_passes.count / passes, 3)}
+    if setting.measured is not None:
+        row["expected_speedup"] = round(expected_speedup(setting.measured, tokens / passes, row["mean_width"],
+                                                         row["draft_passes_per_pass"], mode), 3)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("code", type=Path)
@@ -139,6 +164,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--report", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
+    if args.costs and args.draft == "embedded":
+        parser.error("--costs counts a draft model's passes at its forward: give a model of its own as --draft")
     engine = Engine.load(args.model, draft=args.draft)
     draft_passes = DraftPasses(engine)
     here = engine.costs
@@ -161,37 +188,19 @@ def main() -> None:
         prompts = [prompt_tokens(task, engine.tokenizer) for task in tasks]
         plain = []
         for task, prompt in zip(tasks, prompts):
-            engine.remove_document(str(task.path))  # its continuation is what we ask for
+            engine.remove_document(str(task.path))
             plain.append(engine.complete(prompt, request, "ar").tokens)
             engine.set_document(str(task.path), task.prefix + task.suffix)
         for setting in settings:
             engine.costs = setting.costs
             for mode in setting.modes:
-                tokens = passes = drafted = identical = 0
-                draft_passes.count = 0
-                with chain_passes(engine.target, setting.chains_only):
-                    for task, prompt, want in zip(tasks, prompts, plain):
-                        engine.remove_document(str(task.path))
-                        engine.prefill(prompt)
-                        result = engine.complete(prompt, request, mode)
-                        identical += result.tokens == want
-                        tokens += result.stats.new_tokens
-                        passes += result.stats.target_passes
-                        drafted += result.stats.drafted
-                        engine.set_document(str(task.path), task.prefix + task.suffix)
-                passes = max(passes, 1)
-                row = {"setting": setting.name, "workload": workload, "mode": mode, "tasks": len(tasks),
-                       "identical": identical, "tokens_per_pass": round(tokens / passes, 3),
-                       "mean_width": round(1 + drafted / passes, 3),
-                       "draft_passes_per_pass": round(draft_passes.count / passes, 3)}
-                if setting.measured is not None:
-                    row["expected_speedup"] = round(expected_speedup(
-                        setting.measured, tokens / passes, row["mean_width"], row["draft_passes_per_pass"], mode), 3)
+                row = {"workload": workload} | run_mode(engine, setting, mode, tasks, prompts, plain, request,
+                                                         draft_passes)
                 rows.append(row)
                 speedup = f", expected speedup {row['expected_speedup']:.2f}x" if "expected_speedup" in row else ""
                 print(f"{workload:10} {setting.name:22} {mode:6} {row['tokens_per_pass']:.2f} tokens/pass "
                       f"(width {row['mean_width']:.1f}, {row['draft_passes_per_pass']:.1f} draft passes){speedup}, "
-                      f"{identical}/{len(tasks)} identical to ar", flush=True)
+                      f"{row['identical']}/{len(tasks)} identical to ar", flush=True)
     if args.report:
         args.report.write_text(json.dumps(rows, indent=1))
 
