@@ -340,8 +340,9 @@ class Run:
         """Every mode on `target` with the draft; the policy's inputs with and without it."""
         meter = Meter(self.cuda)
         draft = self.torch_model(DRAFT, self.dtype)
-        meter.wrap(target, "forward")
-        meter.wrap(draft, "forward")
+        for model in (target, draft):  # decoding and drafting read logits through `score`
+            meter.wrap(model, "forward")
+            meter.wrap(model, "score")
         eng = Engine(target, self.tokenizer, pair_draft(target, self.tokenizer, draft, self.tokenizer),
                      pass_cost=pass_cost_seconds(passes), draft_cost=self.draft_ms / 1000)
         for doc_id, text in self.documents.items():

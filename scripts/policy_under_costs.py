@@ -111,20 +111,20 @@ def chain_passes(backend: Backend, on: bool) -> Iterator[None]:
 
 
 class DraftPasses:
-    """Counts the draft model's passes with logits (its prefill passes have none)."""
+    """Counts the draft model's passes with logits (`score`; its prefill passes have none)."""
 
     def __init__(self, engine: Engine):
         self.count = 0
         if engine.draft is None:
             return
         backend = engine.draft.backend
-        forward = backend.forward
+        score = backend.score
 
-        def counted(tokens, parents=None, logits=True):
-            self.count += logits
-            return forward(tokens, parents, logits)
+        def counted(tokens, parents=None):
+            self.count += 1
+            return score(tokens, parents)
 
-        backend.forward = counted
+        backend.score = counted
 
 
 def run_mode(engine: Engine, setting: Setting, mode: str, tasks: list[Task], prompts: list[list[int]],
@@ -165,7 +165,7 @@ def main() -> None:
     parser.add_argument("--report", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
     if args.costs and args.draft == "embedded":
-        parser.error("--costs counts a draft model's passes at its forward: give a model of its own as --draft")
+        parser.error("--costs counts a draft model's passes at its score: give a model of its own as --draft")
     engine = Engine.load(args.model, draft=args.draft)
     draft_passes = DraftPasses(engine)
     here = engine.costs
