@@ -38,7 +38,6 @@ def main() -> int:
         from lsp_server.suggester import Suggester
 
         server.suggester = Suggester(engine, server.documents)
-        server.documents.use(engine)
     elif hasattr(server, "suggester"):  # the releases that have one orchestrator
         from lsp_server.suggester import Suggester
 
