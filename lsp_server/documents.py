@@ -42,24 +42,27 @@ class Documents:
         self._watch, self._watching = watch, False
         self._engine: CompletionEngine | None = None
         self._open: dict[str, Document] = {}  # uri -> document; changed on the event loop
-        self._files: set[str] = set()  # uris of the workspace's files
+        self._files: dict[str, str] = {}  # uri -> text of the workspace's files (the repository's strings)
 
     # --- the engine ---------------------------------------------------------------------
     def use(self, engine: CompletionEngine | None) -> None:
         """Feed `engine` from now on (None: none, while a model loads): a new one gets the open
-        documents at once and the workspace's files in the background."""
+        documents at once and the workspace's files (read again from disk in the background
+        where the index watches them)."""
         self._engine = engine
         if engine is None:
             return
         for doc in list(self._open.values()):
             engine.set_document(doc.uri, doc.text)
-        if self._index is None or not self._watch:
-            return
         if self._watching:
             self._index.replay()
-        else:
+        elif self._watch and self._index is not None:
             self._index.start()
             self._watching = True
+        else:
+            for uri, text in list(self._files.items()):
+                if uri not in self._open:
+                    engine.set_document(uri, text)
 
     def stop(self) -> None:
         """Stop following the workspace's files."""
@@ -99,7 +102,7 @@ class Documents:
         self.repository.forget_edits(doc.name)
         if self._engine is None:
             return
-        on_disk = self.repository.text(doc.name) if uri in self._files else None
+        on_disk = self._files.get(uri)
         if on_disk is None:
             self._engine.remove_document(uri)
         else:
@@ -109,15 +112,16 @@ class Documents:
     def file_changed(self, uri: str, text: str) -> None:
         """A workspace file, new or changed on disk. An open document's live text stays in the
         engine (the repository context, too, prefers it where it picks a file)."""
-        self._files.add(uri)
+        self._files[uri] = text
         self.repository.set(self.name(uri), text)
         if self._engine is not None and uri not in self._open:
             self._engine.set_document(uri, text)
 
     def file_removed(self, uri: str) -> None:
-        self._files.discard(uri)
+        """A workspace file gone from disk (or now refused); an open document keeps its text."""
+        self._files.pop(uri, None)
         self.repository.remove(self.name(uri))
-        if self._engine is not None:
+        if self._engine is not None and uri not in self._open:
             self._engine.remove_document(uri)
 
     # --- what a prompt may show ---------------------------------------------------------

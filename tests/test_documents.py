@@ -76,6 +76,9 @@ def test_an_open_document_wins_over_its_file_and_closing_it_gives_the_file_back(
     assert engine.texts[app] == "def main():\n    return 2\n"
     assert documents.get(app).version == 3 and documents.get(app).name == "app.py"
 
+    documents.file_removed(app)  # deleted on disk while open: the live text stays
+    assert engine.texts[app] == "def main():\n    return 2\n"
+    documents.file_changed(app, "def main():\n    return 1  # saved elsewhere\n")  # and back
     documents.change(app, "def main():\n    return 22\n", version=4, lines=((1, 1),))
     assert engine.texts[app] == "def main():\n    return 2\n"  # until it is fed (typing pauses)
     assert documents.repository.recent_edits() == [("app.py", 1, 1)]
@@ -89,6 +92,10 @@ def test_an_open_document_wins_over_its_file_and_closing_it_gives_the_file_back(
     assert documents.repository.recent_edits() == []
     documents.file_removed(app)
     assert app not in engine.texts and documents.repository.paths() == [".gitignore"]
+    documents.open(elsewhere, "NOTE = 2\n")
+    another = HeldDocuments()
+    documents.use(another)  # files fed by hand (no index watching) go to a new engine too
+    assert another.texts == {(root / ".gitignore").as_uri(): "build/\n", elsewhere: "NOTE = 2\n"}
 
 
 def test_unknown_uris_change_nothing(tmp_path):
@@ -110,7 +117,7 @@ def test_a_new_engine_gets_the_open_documents_at_once_and_the_files_after(tmp_pa
     first = HeldDocuments()
     documents.use(first)
     try:
-        assert first.texts == {draft: "draft = 1\n"}
+        assert first.texts[draft] == "draft = 1\n"  # at once
         _wait_for(lambda: app in first.texts)  # the index's scan, in its thread
         documents.open(app, "def main():\n    return 2\n")
         documents.use(None)  # a model loads: nothing to feed

@@ -16,9 +16,9 @@ from typing import Protocol
 
 from engine.api import CompletionEngine, Request
 from lsp_server.bench.report import Run
-from lsp_server.documents import Documents
 from lsp_server.bench.sources import SourceFile
 from lsp_server.bench.tasks import Task
+from lsp_server.documents import Documents
 from lsp_server.suggester import REMEMBER_BEFORE
 
 
