@@ -79,10 +79,9 @@ def run_complete(args: argparse.Namespace) -> int:
 
     from engine.api import Request, Sampling
     from engine.errors import EngineError
+    from lsp_server.documents import Documents
     from lsp_server.engines import open_engine
-    from lsp_server.files import display_name
     from lsp_server.options import Settings
-    from lsp_server.repo_context import Repository
     from lsp_server.suggester import Suggester, cursor_at, plan
 
     text = _read_text(args.file)
@@ -94,22 +93,23 @@ def run_complete(args: argparse.Namespace) -> int:
     if not cursor.prefix:
         raise SystemExit("lsp_server: nothing before the cursor to complete from")
     settings = Settings(mode=args.mode, maxTokens=args.max_new_tokens, multiline=args.multiline)
-    root = Path.cwd()
-    where = plan(str(args.file), text, args.line, args.col, settings, display_name(args.file.resolve(), root))
+    documents = Documents(Path.cwd())  # the file and --context, as an editor's open documents
+    uri = args.file.resolve().as_uri()
+    documents.open(uri, text)
+    where = plan(uri, text, args.line, args.col, settings, documents.name(uri))
     if where is None and not args.raw:
         raise SystemExit("lsp_server: no suggestion here: an editor shows none with text right of the cursor")
-    others = {display_name(path.resolve(), root): _read_text(path) for path in args.context}
+    for path in args.context:
+        documents.open(path.resolve().as_uri(), _read_text(path))
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     try:
         engine = open_engine(model_settings(args))
-        suggester = Suggester(engine, settings, lambda uri: others, repository=Repository(root.name))
-        for doc_id, doc in [(str(args.file), text), *others.items()]:
-            engine.set_document(doc_id, doc)
+        documents.use(engine)
         if args.raw:
             result = engine.complete(cursor.prefix, Request(args.max_new_tokens, sampling=sampling), args.mode)
             shown, stats = result.text, result.stats
         else:
-            suggestion = suggester.generate(where, threading.Event(), sampling)
+            suggestion = Suggester(engine, documents).generate(where, settings, threading.Event(), sampling)
             shown, stats = suggestion.text, suggestion.stats
     except EngineError as exc:
         raise SystemExit(f"lsp_server: {exc}") from None

@@ -52,6 +52,7 @@ def _cut(line: str, units: int) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from engine.errors import EngineError
+    from lsp_server.documents import Documents
     from lsp_server.edit_history import edits_between
     from lsp_server.engines import open_engine
     from lsp_server.next_edit import predict
@@ -66,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
         settings = model_settings(args) | ({"model": args.editModel} if args.editModel else {})
         try:
             engine = open_engine(settings)
-            engine.set_document(str(args.file), text)
+            documents = Documents()
+            documents.open(args.file.resolve().as_uri(), text)
+            documents.use(engine)
             prediction = predict(engine, text, args.line, edits, args.file.name, args.mode)
         except EngineError as exc:
             raise SystemExit(f"lsp_server: {exc}") from None

@@ -18,17 +18,15 @@ from engine.api import CompletionEngine, Sampling
 from engine.errors import EngineError
 from engine.stdout_guard import claim_stdout
 from lsp_server.context import Cursor
+from lsp_server.documents import Documents
 from lsp_server.engines import open_engine
-from lsp_server.files import display_name, is_secret
 from lsp_server.metrics import Metrics
 from lsp_server.next_edit_requests import NEXT_EDIT, NextEdits, parse as parse_next_edit
 from lsp_server.protocol import AnsweringProtocol
 from lsp_server.scheduler import Job, Scheduler, Superseded
 from lsp_server.options import Settings, merge, model_settings
-from lsp_server.repo_context import Repository
 from lsp_server.suggester import REMEMBER_BEFORE, Plan, Suggester, Suggestion, plan as plan_at
 from lsp_server.typed_through import TypedThroughCache
-from lsp_server.workspace import WorkspaceIndex
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +52,7 @@ class DraftlineServer(LanguageServer):
         self.metrics = Metrics()
         self.typed = TypedThroughCache()
         self.threads: int | None = None  # torch threads (--threads)
-        self.root: Path | None = None
-        self.index: WorkspaceIndex | None = None
-        self.repository = Repository()  # the workspace's files for the prompt's repository context
+        self.documents = Documents()  # replaced at `initialize`, which names the workspace
         self._pending_index: dict[str, asyncio.TimerHandle] = {}
 
     # --- status and model -----------------------------------------------------------------
@@ -84,6 +80,7 @@ class DraftlineServer(LanguageServer):
         if self._load_running:
             return  # the load in flight checks the settings again when it ends
         self.engine, self._load_running = None, True
+        self.documents.use(None)
         while True:
             s = self.settings
             self.status(f"loading {s.model}")
@@ -97,13 +94,11 @@ class DraftlineServer(LanguageServer):
             if self.settings.model_key() == s.model_key():
                 break
         self.engine, self._load_error, self._load_running = engine, error, False
-        self.suggester = engine and Suggester(engine, self.settings, self.shareable_documents,
-                                              repository=self.repository)
+        self.suggester = engine and Suggester(engine, self.documents)
         self._failure = engine and engine.problem
         if self._failure:
             log.warning("%s", self._failure)
-        if engine is not None:
-            self._follow(engine)
+        self.documents.use(engine)
         self.status(error or self._failure or f"{s.model}{f' at {s.endpoint}' if s.endpoint else ''} ready")
 
     def failed(self, message: str) -> None:
@@ -114,35 +109,10 @@ class DraftlineServer(LanguageServer):
         if starting:
             self.status(message)
 
-    def _follow(self, engine: CompletionEngine) -> None:
-        """Give a new engine the open documents and the workspace's files."""
-        for doc in list(self.workspace.text_documents.values()):
-            engine.set_document(doc.uri, doc.source)
-        if self.root is None:
-            return
-        if self.index is None:
-            self.index = WorkspaceIndex(self.root, self._index_file, self._unindex_file)
-            self.index.start()
-        else:
-            self.index.replay()
-
-    def _unindex_file(self, uri: str) -> None:
-        self.repository.remove(self._name(uri))
-        if self.engine is not None:
-            self.engine.remove_document(uri)
-
-    def _index_file(self, uri: str, text: str) -> None:
-        # An open document's live text wins over the file on disk (here, and where the
-        # repository context picks a file).
-        self.repository.set(self._name(uri), text)
-        if self.engine is not None and uri not in self.workspace.text_documents:
-            self.engine.set_document(uri, text)
-
+    # --- documents ------------------------------------------------------------------------
     def index_document(self, uri: str) -> None:
         self._pending_index.pop(uri, None)
-        doc = self.workspace.text_documents.get(uri)
-        if self.engine is not None and doc is not None:
-            self.engine.set_document(uri, doc.source)
+        self.documents.feed(uri)
 
     def index_later(self, uri: str) -> None:
         if (handle := self._pending_index.pop(uri, None)) is not None:
@@ -150,57 +120,28 @@ class DraftlineServer(LanguageServer):
         loop = asyncio.get_running_loop()
         self._pending_index[uri] = loop.call_later(INDEX_DELAY_S, self.index_document, uri)
 
-    # --- suggestions ----------------------------------------------------------------------
-    def shareable_documents(self, uri: str) -> dict[str, str]:
-        """{name: text} of the open documents other than `uri` whose text may go into a prompt
-        (which may leave the machine): not a file the workspace index would refuse (secrets,
-        .gitignore'd, virtualenvs). Names are paths relative to the workspace root."""
-        return {self._name(u): d.source for u, d in list(self.workspace.text_documents.items())
-                if u != uri and self._shareable(u)}
-
-    def _shareable(self, uri: str) -> bool:
-        path = to_fs_path(uri) if uri.startswith("file:") else None
-        if path is None:
-            return True  # unsaved buffers
-        path = Path(path)
-        if is_secret(path.name):
-            return False
-        inside = self.root is not None and path.is_relative_to(self.root)
-        return not inside or self.index is None or self.index.accepts(path)
-
-    def _name(self, uri: str) -> str:
-        path = to_fs_path(uri) if uri.startswith("file:") else None
-        return uri if path is None else display_name(Path(path), self.root)
-
     def close_document(self, uri: str) -> None:
         """Forget what was kept for an open document; the workspace's copy of the file, if it
         has one, takes over in the engine."""
         self.typed.forget(uri)
         self.next_edits.closed(uri)
-        self.repository.forget_edits(self._name(uri))
         if self.suggester is not None:
             self.suggester.forget(uri)
         if (handle := self._pending_index.pop(uri, None)) is not None:
             handle.cancel()
-        if self.engine is None:
-            return
-        path = to_fs_path(uri) if uri.startswith("file:") else None
-        if self.index is not None and path is not None and self.index.accepts(Path(path)):
-            self.index.update(Path(path))  # back to the file on disk: workspace files stay indexed
-        else:
-            self.engine.remove_document(uri)
+        self.documents.close(uri)
 
+    # --- suggestions ----------------------------------------------------------------------
     async def suggestions(self, uri: str, position: types.Position, alternatives: int
                           ) -> tuple[Cursor | None, list[str]]:
         """Texts to insert at `position` (best first), and the cursor they belong to."""
         started = time.perf_counter()
         self.metrics.requests += 1
-        doc = self.workspace.text_documents.get(uri)
-        suggester = self.suggester
+        doc = self.documents.get(uri)
+        suggester, settings = self.suggester, self.settings
         if doc is None or suggester is None:
             return None, []  # unknown document, or still loading (or failed): answer at once
-        suggester.settings = settings = self.settings
-        plan = plan_at(uri, doc.source, position.line, position.character, settings, self._name(uri))
+        plan = plan_at(uri, doc.text, position.line, position.character, settings, doc.name)
         if plan is None:
             self.typed.forget(uri)
             return None, []
@@ -214,9 +155,9 @@ class DraftlineServer(LanguageServer):
             return cursor, [rest]
 
         def work(job: Job) -> list[Suggestion]:
-            runs = [suggester.generate(plan, job.cancel, on_prefilled=job.mark_prefilled)]
+            runs = [suggester.generate(plan, settings, job.cancel, on_prefilled=job.mark_prefilled)]
             if alternatives > 1 and not job.cancel.is_set():
-                runs.append(suggester.generate(plan, job.cancel, ALTERNATIVE))
+                runs.append(suggester.generate(plan, settings, job.cancel, ALTERNATIVE))
             if runs[0].text and not job.cancel.is_set():  # lookup drafts from it later (source "history")
                 suggester.engine.remember(runs[0].text, cursor.prefix[-REMEMBER_BEFORE:])
             return runs
@@ -294,8 +235,7 @@ def initialize(ls: DraftlineServer, params: types.InitializeParams) -> None:
     folders = params.workspace_folders or []
     root_uri = folders[0].uri if folders else params.root_uri
     if root_uri and root_uri.startswith("file:"):
-        ls.root = Path(to_fs_path(root_uri)).resolve()
-        ls.repository.name = ls.root.name
+        ls.documents = Documents(Path(to_fs_path(root_uri)).resolve(), watch=True)
 
 
 @server.feature(types.INITIALIZED)
@@ -317,19 +257,21 @@ def did_change_configuration(ls: DraftlineServer, params: types.DidChangeConfigu
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: DraftlineServer, params: types.DidOpenTextDocumentParams) -> None:
-    ls.next_edits.opened(params.text_document.uri, params.text_document.text)
-    ls.index_document(params.text_document.uri)
+    doc = params.text_document
+    ls.next_edits.opened(doc.uri, doc.text)
+    ls.documents.open(doc.uri, doc.text, doc.version)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def did_change(ls: DraftlineServer, params: types.DidChangeTextDocumentParams) -> None:
     uri = params.text_document.uri
-    for change in params.content_changes:
-        if isinstance(change, types.TextDocumentContentChangePartial):  # not a whole new text
-            first = change.range.start.line
-            ls.repository.edited(ls._name(uri), first, first + change.text.count("\n"))
-    if (doc := ls.workspace.text_documents.get(uri)) is not None:
-        ls.next_edits.changed(uri, doc.source, params.content_changes)
+    doc = ls.workspace.text_documents.get(uri)  # pygls has applied the changes
+    if doc is None:
+        return
+    lines = tuple((c.range.start.line, c.range.start.line + c.text.count("\n")) for c in params.content_changes
+                  if isinstance(c, types.TextDocumentContentChangePartial))  # not a whole new text
+    ls.documents.change(uri, doc.source, doc.version, lines)
+    ls.next_edits.changed(uri, doc.source, params.content_changes)
     ls.index_later(uri)
 
 
@@ -359,8 +301,8 @@ async def inline_completion(ls: DraftlineServer, params: types.InlineCompletionP
 @server.feature(NEXT_EDIT)
 async def next_edit(ls: DraftlineServer, params: object) -> dict | None:
     ask = parse_next_edit(params)
-    doc = ls.workspace.text_documents.get(ask.uri)
-    return await ls.next_edits.answer(ask, doc and doc.source, doc and doc.version, ls._name(ask.uri),
+    doc = ls.documents.get(ask.uri)
+    return await ls.next_edits.answer(ask, doc and doc.text, doc and doc.version, ls.documents.name(ask.uri),
                                       ls.settings, ls.engine)
 
 
@@ -435,6 +377,5 @@ def serve_stdio(args: argparse.Namespace) -> int:
     logging.getLogger("pygls").setLevel(logging.WARNING)  # not every message on stderr
     server.start_io(sys.stdin.buffer, claim_stdout())
     server.scheduler.shutdown()
-    if server.index is not None:
-        server.index.stop()
+    server.documents.stop()
     return 0

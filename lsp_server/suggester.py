@@ -19,8 +19,9 @@ from lsp_server import postprocess
 from lsp_server.context import (
     WINDOW_STEP_LINES, Block, Budget, Cursor, build_prompt, fit, neighbourhood, similar_snippets)
 from lsp_server.cold_window import cold_prompt, warm_start
+from lsp_server.documents import Documents
 from lsp_server.options import Settings
-from lsp_server.repo_context import Repository, choose, names_near
+from lsp_server.repo_context import choose, names_near
 
 # The most a request at a new spot may spend prefilling. A larger window's prompt is
 # prefilled in the background once typing pauses, for the requests after it.
@@ -29,10 +30,6 @@ COLD_PREFILL_S = 1.0
 # Characters before a suggestion remembered with it (Engine.remember): enough for the engine's
 # lead of a few tokens.
 REMEMBER_BEFORE = 200
-
-# {name: text} of the documents whose snippets may go into the prompt for the document `uri`
-# (never `uri` itself, never a file the workspace index refuses: secrets, .gitignore'd).
-Others = Callable[[str], dict[str, str]]
 
 
 def cursor_at(text: str, line: int, character: int) -> Cursor | None:
@@ -84,33 +81,32 @@ class Suggestion:
 
 
 class Suggester:
-    def __init__(self, engine: CompletionEngine, settings: Settings, others: Others,
-                 budget: Budget = Budget(), cold_prefill_s: float = COLD_PREFILL_S,
-                 repository: Repository | None = None):
+    def __init__(self, engine: CompletionEngine, documents: Documents, budget: Budget = Budget(),
+                 cold_prefill_s: float = COLD_PREFILL_S):
+        """`documents`: the open documents whose snippets a prompt may show (never a file the
+        workspace index refuses) and the workspace's files (its repository)."""
         self.engine = engine
-        self.settings = settings  # replaced by the server when its settings change
-        self.others = others
+        self.documents = documents
         self.budget = budget
         self.cold_prefill_s = cold_prefill_s
-        self.repository = repository or Repository()  # the workspace's files (none: open documents only)
         self._context: dict[str, tuple[tuple, list[Block]]] = {}  # uri -> (what it was chosen for, blocks)
 
     def forget(self, uri: str) -> None:
         self._context.pop(uri, None)
 
-    def context_for(self, plan: Plan) -> list[Block]:
+    def context_for(self, plan: Plan, settings: Settings) -> list[Block]:
         """Other files' pieces for the prompt, chosen again only when the prefix window moves
         or the names near the cursor change: the prompt's start (and the KV cache) survives
         typing."""
-        repo = bool(self.settings.repoContext)
+        repo = bool(settings.repoContext)
         names = names_near(plan.cursor) if repo else ()
         key = (plan.cursor.prefix.count("\n") // WINDOW_STEP_LINES, repo, names)
         cached = self._context.get(plan.uri)
         if cached is not None and cached[0] == key:
             return cached[1]
-        others = self.others(plan.uri)
+        others = self.documents.shareable(plan.uri)
         if repo:
-            picked = choose(plan.path, plan.cursor, others, self.repository, names).blocks
+            picked = choose(plan.path, plan.cursor, others, self.documents.repository, names).blocks
         else:
             picked = similar_snippets(neighbourhood(plan.cursor), others)
         blocks = fit(picked, self.engine.tokenizer, self.budget.repo_tokens if repo else self.budget.snippet_tokens)
@@ -122,7 +118,7 @@ class Suggester:
         """The prompt for this request, and the full-window prompt to prefill later when this
         one had to be shortened (None when it is the full one): a cold 2k-token file on a slow
         CPU would otherwise wait a long time for its first suggestion."""
-        engine, name = self.engine, self.repository.name
+        engine, name = self.engine, self.documents.repository.name
         full = build_prompt(cursor, engine.tokenizer, engine.max_len, blocks, self.budget, path, name)
         if engine.prefill_seconds(full) <= self.cold_prefill_s:
             return full, None
@@ -130,11 +126,11 @@ class Suggester:
         warm = warm_start(full, engine.cached_tokens(full), cursor, engine.tokenizer, fits)
         return (cold_prompt(cursor, engine.tokenizer, fits) if warm is None else warm), full
 
-    def generate(self, plan: Plan, cancel: threading.Event, sampling: Sampling = Sampling(),
+    def generate(self, plan: Plan, settings: Settings, cancel: threading.Event, sampling: Sampling = Sampling(),
                  on_prefilled: Callable[[], None] | None = None) -> Suggestion:
-        """Run the model for `plan` (call on the model thread) and clean its text."""
-        settings, cursor = self.settings, plan.cursor
-        prompt, full = self.prompt_for(cursor, self.context_for(plan), plan.path)
+        """Run the model for `plan` with `settings` (call on the model thread) and clean its text."""
+        cursor = plan.cursor
+        prompt, full = self.prompt_for(cursor, self.context_for(plan, settings), plan.path)
         request = Request(settings.maxTokens, postprocess.stop_rule(plan.multiline, cursor.line_before),
                           sampling, cancel, on_prefilled)
         result = self.engine.complete(prompt, request, settings.mode)

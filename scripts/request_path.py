@@ -34,13 +34,19 @@ def main() -> int:
     server.status = lambda *a, **k: None  # no client to notify
     engine = Engine.load("smollm2-135m", dtype="fp32", threads=2)
     server.engine = engine
-    if hasattr(server, "suggester"):  # the releases that have one orchestrator
+    if hasattr(server, "documents"):  # the releases with one store of documents
+        from lsp_server.suggester import Suggester
+
+        server.suggester = Suggester(engine, server.documents)
+    elif hasattr(server, "suggester"):  # the releases that have one orchestrator
         from lsp_server.suggester import Suggester
 
         server.suggester = Suggester(engine, server.settings, server.shareable_documents)
     text = (ROOT / "examples" / "shapes.py").read_text()
     uri = (ROOT / "examples" / "shapes.py").as_uri()
     server.workspace.put_text_document(types.TextDocumentItem(uri, "python", 1, text))
+    if hasattr(server, "documents"):
+        server.documents.open(uri, text, 1)
     position = types.Position(24, 8)
     seen: set[tuple[str, str]] = set()
 

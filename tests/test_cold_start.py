@@ -22,7 +22,7 @@ from engine.loading.formats.gguf_mapped import map_gguf
 from engine.execution.plan import STORED, ExecutionPlan
 from engine.execution.kernels import Int8Weight
 from engine.loading.user_cache import content_key, write_atomically
-from lsp_server.options import Settings
+from lsp_server.documents import Documents
 from lsp_server.suggester import COLD_PREFILL_S, Suggester
 from lsp_server.context import Cursor
 from tests import gguf_files
@@ -335,7 +335,7 @@ def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_e
     cut = text.index("def dedent(")
     cursor = Cursor(text[:cut] + "def dedent(", text[cut + len("def dedent("):])
     engine.forget_cache()
-    suggester = Suggester(engine, Settings(), lambda uri: {})
+    suggester = Suggester(engine, Documents())
     prompt, full = suggester.prompt_for(cursor, [])
     assert full is not None and len(engine.prompt_tokens(full)) > 4 * rate
     assert len(engine.prompt_tokens(prompt)) <= rate * COLD_PREFILL_S

@@ -10,14 +10,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from pygls.uris import to_fs_path
 from tokenizers import Tokenizer as HFTokenizer
 
 from engine.loading.fetch import model_path
 from engine.tokenization import load_tokenizer
 from engine.tokenization.tokenizer import Tokenizer
 from lsp_server.context import Block, Cursor, build_prompt
-from lsp_server.files import display_name
+from lsp_server.documents import Documents
 from lsp_server.options import Settings
 from lsp_server.outline import imports, outline
 from lsp_server.repo_context import MAX_OUTLINED, Repository, choose, module_paths, names_near
@@ -29,18 +28,16 @@ SHOP = Path(__file__).parent / "fixtures" / "shop_repo"
 ADD_LINE = "def add_line(self, sku: str, quantity: int, unit_price_cents: int) -> LineItem:"
 
 
-def indexed(root: Path, scans: int = 1) -> Repository:
-    """The repository as the server fills it: from the workspace index."""
-    repository = Repository(root.name)
-    index = WorkspaceIndex(root, lambda uri, text: repository.set(_name(uri, root), text),
-                           lambda uri: repository.remove(_name(uri, root)))
+SETTINGS = Settings(maxTokens=8)  # the repository context on, as by default
+
+
+def indexed(root: Path, scans: int = 1) -> Documents:
+    """The store of documents as the server fills it: its files from the workspace index."""
+    documents = Documents(root.resolve())
+    index = WorkspaceIndex(root, documents.file_changed, documents.file_removed)
     for _ in range(scans):
         index.scan()
-    return repository
-
-
-def _name(uri: str, root: Path) -> str:
-    return display_name(Path(to_fs_path(uri)), root.resolve())
+    return documents
 
 
 def at_line(root: Path, path: str, line_start: str, typed: str = "") -> Plan:
@@ -53,24 +50,25 @@ def at_line(root: Path, path: str, line_start: str, typed: str = "") -> Plan:
     return plan(path, "\n".join(lines), number, len(indent + typed), Settings(), path)
 
 
-def prompt_text(suggester: Suggester, where: Plan) -> str:
-    prompt, full = suggester.prompt_for(where.cursor, suggester.context_for(where), where.path)
+def prompt_text(suggester: Suggester, where: Plan, settings: Settings = SETTINGS) -> str:
+    prompt, full = suggester.prompt_for(where.cursor, suggester.context_for(where, settings), where.path)
     assert full is None
     return prompt if isinstance(prompt, str) else suggester.engine.tokenizer.decode(prompt)
 
 
-def suggester_for(engine, repository: Repository, repo_context: bool = True) -> Suggester:
-    return Suggester(engine, Settings(repoContext=repo_context, maxTokens=8), lambda uri: {},
-                     cold_prefill_s=float("inf"), repository=repository)
+def suggester_for(engine, documents: Documents) -> Suggester:
+    return Suggester(engine, documents, cold_prefill_s=float("inf"))
 
 
 def test_the_definition_a_line_uses_from_another_module_lands_in_the_prompt(fp32_engine):
     where = at_line(SHOP, "shop/checkout.py", "basket.add_line(")
-    prompt = prompt_text(suggester_for(fp32_engine, indexed(SHOP)), where)
+    suggester = suggester_for(fp32_engine, indexed(SHOP))
+    prompt = prompt_text(suggester, where)
     assert "# shop/models.py\n" in prompt and ADD_LINE in prompt
     assert "self.items.append(item)" not in prompt  # bodies are cut
     assert prompt.index(ADD_LINE) < prompt.index("def checkout(")  # other files first
-    assert ADD_LINE not in prompt_text(suggester_for(fp32_engine, indexed(SHOP), repo_context=False), where)
+    # The settings of each call count: the same suggester, the repository context off.
+    assert ADD_LINE not in prompt_text(suggester, where, Settings(repoContext=False, maxTokens=8))
 
 
 def test_the_context_stays_put_while_typing_so_the_cache_is_reused(fp32_engine):
@@ -78,7 +76,7 @@ def test_the_context_stays_put_while_typing_so_the_cache_is_reused(fp32_engine):
     runs = []
     for typed in ("bas", "bask", "baske"):
         where = at_line(SHOP, "shop/checkout.py", "basket.add_line(", typed)
-        runs.append(suggester.generate(where, threading.Event()).stats)
+        runs.append(suggester.generate(where, SETTINGS, threading.Event()).stats)
         assert ADD_LINE in prompt_text(suggester, where)
     for stats in runs[1:]:  # one keystroke: the repository context and the window are reused
         assert stats.prompt_tokens > 100 and stats.new_prompt_tokens <= 4
@@ -125,13 +123,13 @@ def _workspace(tmp_path: Path) -> Path:
 
 def test_ignored_and_secret_files_never_enter_a_prompt(fp32_engine, tmp_path):
     root = _workspace(tmp_path)
-    repository = indexed(root)
+    documents = indexed(root)
     where = at_line(root, "shop/orders.py", "return cents")
-    prompt = prompt_text(suggester_for(fp32_engine, repository), where)
+    prompt = prompt_text(suggester_for(fp32_engine, documents), where)
     assert "def total_cents(self) -> int:" in prompt  # the context works here...
     for secret in ("GITIGNORED", "ENV-SECRET", "PEM-SECRET", "RSA-SECRET", "PRIVATE KEY"):
         assert secret not in prompt  # ...but not from refused files
-    assert not repository.defining("discount_cents") and not repository.defining("Coupon")
+    assert not documents.repository.defining("discount_cents") and not documents.repository.defining("Coupon")
 
 
 def test_a_huge_workspace_costs_bounded_work(tmp_path):
@@ -142,7 +140,7 @@ def test_a_huge_workspace_costs_bounded_work(tmp_path):
         folder = root / f"pkg{i // 500}"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"mod{i}.py").write_text(f"def shared(x):\n    return x + {i}\n\n\nclass Thing{i % 7}:\n    size = {i}\n")
-    repository = indexed(root)
+    repository = indexed(root).repository
     assert len(repository.defining("shared")) == MAX_FILES
     text = "from pkg0.mod1 import shared\n" + "".join(f"value{i} = shared(Thing{i % 7}())\n" for i in range(40))
     cursor = Cursor(text, "\n")
@@ -162,10 +160,10 @@ def test_bad_files_are_skipped_once_and_the_suggestion_still_comes(fp32_engine, 
     os.symlink("loop_a.py", root / "shop" / "loop_b.py")
     (root / "shop" / "stock.py").write_text("from .broken import restock\n\n\ndef refill(sku):\n    pass\n")
     with caplog.at_level(logging.INFO):
-        repository = indexed(root, scans=2)  # the second scan must not log again
+        documents = indexed(root, scans=2)  # the second scan must not log again
         where = at_line(root, "shop/stock.py", "pass")
-        suggester = suggester_for(fp32_engine, repository)
-        suggestion = suggester.generate(where, threading.Event())
+        suggester = suggester_for(fp32_engine, documents)
+        suggestion = suggester.generate(where, SETTINGS, threading.Event())
         prompt_text(suggester, where)
     assert suggestion.stats.new_tokens > 0
     assert "def restock(sku: str, count: int) -> None:" in prompt_text(suggester, where)  # by regex

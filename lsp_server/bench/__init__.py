@@ -30,7 +30,7 @@ from lsp_server.bench.peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable
 from lsp_server.bench.report import format_table, plot, prefill_rates, summarize, write_json
 from lsp_server.bench.quality import CONTEXTS, format_quality, line_tasks, score
 from lsp_server.bench.quality import summarize as summarize_quality
-from lsp_server.bench.runner import Contender, Documents, EngineMode, Progress, rememberable, run_all
+from lsp_server.bench.runner import Contender, EngineMode, Progress, Workspace, rememberable, run_all
 from lsp_server.bench.sources import SOURCE_SUFFIXES, Sources, find_sources
 from lsp_server.bench.tasks import WORKLOADS, Task, build_tasks, prompt_tokens
 from lsp_server.engines import open_engine
@@ -234,11 +234,11 @@ def run(args: argparse.Namespace) -> int:
     caches = (False, True) if args.cold else (False,)
     engine_modes = [c.mode for c in contenders if c.mode not in PEER_MODES]
     progress = Progress(len(tasks) * len(contenders) * len(caches) + quality_lines * len(contexts) * len(engine_modes))
-    documents = Documents(engine, sources.files)
+    workspace = Workspace(engine, sources.files, Path.cwd())
     try:
         if tasks:
             prompts = [prompt_tokens(t, engine.tokenizer) for t in tasks]
-            runs = run_all(contenders, tasks, prompts, documents, args.max_new_tokens, caches, progress)
+            runs = run_all(contenders, tasks, prompts, workspace, args.max_new_tokens, caches, progress)
             if args.cold:
                 report["prefill_tokens_per_s"] = prefill_rates(runs, [len(p) for p in prompts])
             if args.host_work:
@@ -251,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
                                         [c.mode for c in contenders], described.get("weight_bytes"),
                                         baseline=modes[0])
         if quality_lines:
-            scored = score(engine, engine_modes, lines, contexts, documents, sources.files, Path.cwd(), progress.step)
+            scored = score(engine, engine_modes, lines, contexts, workspace, progress.step)
             report["quality"] = summarize_quality(scored, engine_modes, baseline=modes[0])
     except EngineError as exc:  # a remote server that stopped answering
         raise _fail(str(exc)) from None

@@ -27,6 +27,7 @@ from engine.errors import EngineError
 from engine.loading.user_cache import cache_dir
 from lsp_server.bench.edit_cases import EditCase, Hunk, apply, hunks, sdist_cases
 from lsp_server.bench.quality import edit_similarity
+from lsp_server.documents import Documents
 from lsp_server.edit_history import changed_span
 from lsp_server.engines import open_engine
 from lsp_server.next_edit import NextEdit, predict, window_at
@@ -90,12 +91,13 @@ def window_release(case: EditCase) -> str:
     return "\n".join(apply(text, inside))
 
 
-def score_case(engine: CompletionEngine, case: EditCase, mode: str) -> EditResult:
-    engine.set_document(case.name, case.text)
+def score_case(engine: CompletionEngine, documents: Documents, case: EditCase, mode: str) -> EditResult:
+    """The case's prediction, with its text open in `documents` (which feeds `engine`)."""
+    documents.open(case.name, case.text)
     started = time.perf_counter()
     prediction = predict(engine, case.text, case.line, list(case.edits), case.path, mode)
     seconds = time.perf_counter() - started
-    engine.remove_document(case.name)
+    documents.close(case.name)
     after = case.text if prediction.edit is None else apply_edit(case.text, prediction.edit)
     due = case.next_line is not None
     exact = is_next_edit(case, after) if due else prediction.edit is None
@@ -181,9 +183,11 @@ def run(args: argparse.Namespace) -> int:
     except EngineError as exc:
         raise SystemExit(f"lsp_server bench: {exc}") from None
     mode = BY_NAME["mode"].default
+    documents = Documents()
+    documents.use(engine)
     results = []
     for i, case in enumerate(cases, 1):
-        results.append(score_case(engine, case, mode))
+        results.append(score_case(engine, documents, case, mode))
         print(f"lsp_server bench: next edit {i}/{len(cases)} {case.name}", file=sys.stderr)
     numbers = summarize(results) | {"mode": mode, "cases": [dataclasses.asdict(r) for r in results]}
     sys.stdout.write(format_summary(numbers) + "\n")  # the report is the command's output

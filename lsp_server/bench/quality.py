@@ -28,12 +28,11 @@ from pathlib import Path
 import numpy as np
 
 from engine.api import CompletionEngine
-from lsp_server.bench.runner import Documents
+from lsp_server.bench.runner import Workspace
 from lsp_server.bench.sources import SourceFile
-from lsp_server.files import display_name
 from lsp_server.options import Settings
 from lsp_server.outline import defined_names, outline
-from lsp_server.repo_context import COMMON_NAMES, Repository
+from lsp_server.repo_context import COMMON_NAMES
 from lsp_server.suggester import Suggester, plan
 
 _MIN_CHARS = 6  # shorter lines (`else:`, `pass`, `}`) say little about a model
@@ -137,30 +136,27 @@ def _first_line(text: str) -> str:
 
 
 def score(engine: CompletionEngine, modes: list[str], tasks: dict[str, list[LineTask]], contexts: list[str],
-          documents: Documents, sources: list[SourceFile], root: Path, step: Callable[[str], None]) -> list[Scored]:
+          workspace: Workspace, step: Callable[[str], None]) -> list[Scored]:
     """Each task with each context in each mode (contexts and modes rotated per task), through
-    the Suggester; the task's file is the engine's document as the editor has it, without the
-    line, and every source file is in the repository (as the workspace index holds them)."""
-    repository = Repository(root.name)
-    for source in sources:
-        repository.set(display_name(source.path.resolve(), root), source.text)
+    the Suggester; the task's file is open as the editor has it, without the line, and every
+    source file is in the repository (as the workspace index holds them)."""
+    documents = workspace.documents
     remote = engine.describe()["kind"] == "remote"
     # Always the full window (no shorter cold one): this measures quality, not the cold rule.
-    suggesters = {c: Suggester(engine, Settings(), lambda uri: {}, cold_prefill_s=float("inf"), repository=repository)
-                  for c in contexts}
+    suggesters = {c: Suggester(engine, documents, cold_prefill_s=float("inf")) for c in contexts}
     results = []
     for workload, found in tasks.items():
         for i, task in enumerate(found):
-            documents.edit(task.path, task.text)
-            path = display_name(task.path.resolve(), root)
+            workspace.edit(task.path, task.text)
+            doc = documents.get(task.path.resolve().as_uri())
             for context in contexts[i % len(contexts):] + contexts[:i % len(contexts)]:
                 suggester = suggesters[context]
-                where = plan(path, task.text, task.line, task.column, Settings(), path)
+                where = plan(doc.uri, doc.text, task.line, task.column, Settings(), doc.name)
                 for mode in modes[i % len(modes):] + modes[:i % len(modes)]:
-                    suggester.settings = Settings(maxTokens=_MAX_NEW_TOKENS, mode=mode, repoContext=CONTEXTS[context])
+                    settings = Settings(maxTokens=_MAX_NEW_TOKENS, mode=mode, repoContext=CONTEXTS[context])
                     if not remote:
                         engine.forget_cache()
-                    (text, cold_ms, cold), (_, warm_ms, warm) = (_timed(suggester, where) for _ in range(2))
+                    (text, cold_ms, cold), (_, warm_ms, warm) = (_timed(suggester, where, settings) for _ in range(2))
                     first = _first_line(text)
                     results.append(Scored(workload, context, i, mode, text, first == task.expected,
                                           edit_similarity(first, task.expected), cold_ms, warm_ms,
@@ -169,9 +165,9 @@ def score(engine: CompletionEngine, modes: list[str], tasks: dict[str, list[Line
     return results
 
 
-def _timed(suggester: Suggester, where) -> tuple:
+def _timed(suggester: Suggester, where, settings: Settings) -> tuple:
     started = time.perf_counter()
-    suggestion = suggester.generate(where, threading.Event())
+    suggestion = suggester.generate(where, settings, threading.Event())
     return suggestion.text, (time.perf_counter() - started) * 1000, suggestion.stats
 
 

@@ -18,6 +18,7 @@ from engine.api import CompletionEngine, Request
 from lsp_server.bench.report import Run
 from lsp_server.bench.sources import SourceFile
 from lsp_server.bench.tasks import Task
+from lsp_server.documents import Documents
 from lsp_server.suggester import REMEMBER_BEFORE
 
 
@@ -58,30 +59,43 @@ class EngineMode:
                    s.accepted, by_source=by_source, model_choices=(s.model_agreed, s.model_tested))
 
 
-class Documents:
-    """The run's files as the engine's documents, as the server has the open files. The
-    task's own file is left out (latency tasks: its text after the cursor is what we ask for)
-    or held as the editor has it (quality tasks: without the line being written)."""
+class Workspace:
+    """The run's files as the server's workspace index holds them (in the engine and the
+    repository), in the store of documents that feeds `engine`. The task's own file is left
+    out (latency tasks: its text after the cursor is what we ask for) or open as the editor has
+    it (quality tasks: without the line being written); the previous task's change is undone."""
 
-    def __init__(self, engine: CompletionEngine, sources: Sequence[SourceFile]):
+    def __init__(self, engine: CompletionEngine, sources: Sequence[SourceFile], root: Path):
         self.engine = engine
-        self.texts = {str(s.path): s.text for s in sources}
-        for doc_id, text in self.texts.items():
-            engine.set_document(doc_id, text)
+        self.documents = Documents(root)
+        self.documents.use(engine)
+        self.texts = {_uri(s.path): s.text for s in sources}
+        for uri, text in self.texts.items():
+            self.documents.file_changed(uri, text)
         self.changed: str | None = None
 
     def hide(self, path: Path) -> None:
-        self.edit(path, None)
+        self._undo()
+        self.changed = _uri(path)
+        self.documents.file_removed(self.changed)
 
-    def edit(self, path: Path, text: str | None) -> None:
-        """Hold `text` as `path`'s document (None: none), the previous change undone."""
-        if self.changed is not None:
-            self.engine.set_document(self.changed, self.texts[self.changed])
-        self.changed = str(path)
-        if text is None:
-            self.engine.remove_document(self.changed)
+    def edit(self, path: Path, text: str) -> None:
+        """Open `path` with `text` as the editor has it."""
+        self._undo()
+        self.changed = _uri(path)
+        self.documents.open(self.changed, text)
+
+    def _undo(self) -> None:
+        if self.changed is None:
+            return
+        if self.documents.get(self.changed) is not None:
+            self.documents.close(self.changed)  # its file takes over again
         else:
-            self.engine.set_document(self.changed, text)
+            self.documents.file_changed(self.changed, self.texts[self.changed])
+
+
+def _uri(path: Path) -> str:
+    return path.resolve().as_uri()
 
 
 class Progress:
@@ -108,19 +122,19 @@ def rememberable(tasks: list[Task], lines: int = 16) -> list[bool]:
                     for j, u in enumerate(tasks)) for i, t in enumerate(tasks)]
 
 
-def run_all(contenders: list[Contender], tasks: list[Task], prompts: list[list[int]], documents: Documents,
+def run_all(contenders: list[Contender], tasks: list[Task], prompts: list[list[int]], workspace: Workspace,
             max_new_tokens: int, caches: tuple[bool, ...], progress: Progress) -> list[Run]:
     """Every task in every contender (and cache state). After each task its output (ar's, which
     every exact mode equals) is remembered as an earlier output, as the server remembers a
     suggestion it showed, where `rememberable` allows."""
-    documents.hide(tasks[0].path)
+    workspace.hide(tasks[0].path)
     for c in contenders:  # warm-up: first calls pay for allocations and lazy initialisation
         for cold in caches:
             c.run(prompts[0], min(8, max_new_tokens), cold)
     runs: list[Run] = []
     remember = rememberable(tasks)
     for i, (task, prompt) in enumerate(zip(tasks, prompts)):
-        documents.hide(task.path)
+        workspace.hide(task.path)
         shift = i % len(contenders)
         for c in contenders[shift:] + contenders[:shift]:
             for cold in caches:
@@ -130,5 +144,5 @@ def run_all(contenders: list[Contender], tasks: list[Task], prompts: list[list[i
                 progress.step(f"{task.workload} {c.mode}{' cold' if cold else ''}")
         if remember[i]:
             shown = next(r for r in runs if r.task == i and r.mode == contenders[0].mode)
-            documents.engine.remember(shown.text, before=task.prefix[-REMEMBER_BEFORE:])
+            workspace.engine.remember(shown.text, before=task.prefix[-REMEMBER_BEFORE:])
     return runs
