@@ -86,7 +86,7 @@ class _Output:
     def would_stop(self, more: Sequence[int]) -> bool:
         """Whether committing `more` would end the output at one of them (every stop rule only
         grows true as the text grows: an end of line, a block's end)."""
-        return (any(t in self.vocab.eos_ids for t in more)
+        return (not self.vocab.eos_ids.isdisjoint(more)
                 or len(self.tokens) + len(more) >= self.request.max_new_tokens
                 or self.request.stop is not None and self._stop_at(self._text_with(more)) is not None)
 
@@ -236,13 +236,12 @@ def _reachable(draft: Draft, out: _Output) -> Draft:
     """The draft less the nodes the output can never reach: those after a token at which it
     would stop (a single-line suggestion ends at its newline, where lookup's matches go on into
     the next line). Verifying them would only widen the pass."""
-    paths: list[list[int]] = []
     kept: list[int] = []
-    open_: set[int] = {-1}  # the root, and kept nodes whose path does not stop the output
+    open_: dict[int, list[int]] = {-1: []}  # the root and kept nodes whose path does not stop the output
     for i, (parent, token) in enumerate(zip(draft.parents, draft.tokens)):
-        paths.append((paths[parent] if parent >= 0 else []) + [token])
         if parent in open_:
             kept.append(i)
-            if not out.would_stop(paths[i]):
-                open_.add(i)
+            path = open_[parent] + [token]
+            if not out.would_stop(path):
+                open_[i] = path
     return draft if len(kept) == len(draft) else draft.keep(kept)

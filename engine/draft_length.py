@@ -245,7 +245,12 @@ class Acceptance:
 
     def chance(self, source: str, bucket: int, score: float) -> float:
         """The calibrated chance a tested node with this raw score is accepted."""
-        return min(0.99, score * self.factor(source, bucket))
+        return calibrated(score, self.factor(source, bucket))
 
     def observe(self, source: str, bucket: int, score: float, accepted: bool) -> None:
         self._count(self._rates.setdefault((source, bucket), _Rate(0.0, 0.0)), accepted, score)
+
+
+def calibrated(score: float, factor: float) -> float:
+    """A raw score scaled by its (source, bucket)'s factor: the chance of acceptance."""
+    return min(0.99, score * factor)

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-import torch
 
 from engine.api import Sampling
 from engine.drafters.base import Draft
@@ -33,11 +32,10 @@ def verify_sampling(draft: Draft, logits: PassLogits, sampling: Sampling,
     the target's own samples. Only p(x_i) for each drafted token and the drawn id cross."""
     if not draft.is_chain:
         raise ValueError("rejection sampling needs a chain draft")
-    p = probabilities(logits.rows, sampling)
+    p = probabilities(logits.rows, sampling)  # on the logits' device
     k = len(draft)
-    tokens = torch.as_tensor(draft.tokens, dtype=torch.long, device=p.device)
-    p_x = logits.to_host(p[torch.arange(k, device=p.device), tokens])
-    q_x = [1.0] * k if draft.probs is None else [float(draft.probs[i, x]) for i, x in enumerate(draft.tokens)]
+    p_x = logits.to_host(p[list(range(k)), draft.tokens])
+    q_x = [1.0] * k if draft.probs is None else [float(draft.probs[i][x]) for i, x in enumerate(draft.tokens)]
     for i, x in enumerate(draft.tokens):
         if generator.random() < min(1.0, p_x[i] / q_x[i]):
             continue

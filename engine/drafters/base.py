@@ -37,18 +37,18 @@ class Draft:
 
     parents[i] is the index of token i's parent in `tokens`, or -1 for the root. Parents come
     before children. A chain has parents [-1, 0, 1, ...]. `probs` holds the draft distribution
-    each token was sampled from ([len, vocab]); None means the drafter is deterministic
+    each token was sampled from (a [vocab] row each); None means the drafter is deterministic
     (a one-hot distribution, e.g. prompt lookup). `info` says where each node came from
     (empty: not known).
     """
 
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
-    probs: torch.Tensor | None = None
+    probs: Sequence[torch.Tensor] | None = None
     info: list[NodeInfo] = field(default_factory=list)
 
     @classmethod
-    def chain(cls, tokens: Sequence[int], probs: torch.Tensor | None = None,
+    def chain(cls, tokens: Sequence[int], probs: Sequence[torch.Tensor] | None = None,
               info: Sequence[NodeInfo] = ()) -> Draft:
         return cls(list(tokens), list(range(-1, len(tokens) - 1)), probs, list(info))
 
@@ -63,7 +63,7 @@ class Draft:
         """The draft of these nodes only, in order; each one's parent must be kept too."""
         index = {-1: -1} | {old: new for new, old in enumerate(nodes)}
         return Draft([self.tokens[i] for i in nodes], [index[self.parents[i]] for i in nodes],
-                     None if self.probs is None else self.probs[list(nodes)],
+                     None if self.probs is None else [self.probs[i] for i in nodes],
                      [self.info[i] for i in nodes] if self.info else [])
 
     def sources(self) -> list[str]:

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from engine.api import Sampling
 from engine.execution.backends.base import Backend, common_prefix
 from engine.draft_length import PassCosts
 from engine.drafters.base import Draft
 from engine.drafters.model_tree import ModelTree
+
+if TYPE_CHECKING:
+    import torch
 
 # New tokens read together with the first drafted one in one pass (logits for each): more are
 # read in a pass of their own, without logits.

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.draft_length import FIM_SUFFIX, NEWEST, Acceptance, match_bucket
+from engine.draft_length import FIM_SUFFIX, NEWEST, Acceptance, calibrated, match_bucket
 from engine.drafters.base import NodeInfo
 from engine.drafters.context_index import ContextIndex
 from engine.drafters.corpus import Corpus
@@ -157,17 +157,20 @@ class Lookup:
         """Queue the most frequent continuations of `state` (the match, `matched` tokens long)."""
         total = automaton.count[state] - exclude
         bucket = match_bucket(matched)
-        acceptance = self.acceptance
-        if total <= 0 or chance * max(acceptance.factor(source, bucket),
-                                      acceptance.factor(source, bucket + NEWEST)) < floor:
+        factor = self.acceptance.factor(source, bucket)
+        newest_factor = self.acceptance.factor(source, bucket + NEWEST)
+        if total <= 0 or chance * max(factor, newest_factor) < floor:
             return serial  # not even a certain continuation would do
         children = automaton.top_children(state, _BRANCHES)
+        count = automaton.count
         for i, (token, child) in enumerate(children):
             # Among several, the continuation seen last is its own kind of guess (the nearest
             # occurrence: a fill-in-the-middle suffix, the line just written), calibrated apart.
-            info = NodeInfo(source, bucket + NEWEST, 1.0) if i == 0 and len(children) > 1 else \
-                NodeInfo(source, bucket, automaton.count[child] / total)
-            p = chance * acceptance.chance(info.source, info.bucket, info.score)
+            if i == 0 and len(children) > 1:
+                info, p = NodeInfo(source, bucket + NEWEST, 1.0), chance * calibrated(1.0, newest_factor)
+            else:
+                score = count[child] / total
+                info, p = NodeInfo(source, bucket, score), chance * calibrated(score, factor)
             heapq.heappush(heap, (-p, serial, parent, token, info, automaton, child, matched + 1, level))
             serial += 1
         return serial

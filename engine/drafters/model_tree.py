@@ -11,14 +11,18 @@ stays a leaf and the model's own chain goes on from there.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from engine.api import Sampling
 from engine.draft_length import model_bucket
 from engine.drafters.base import Draft, NodeInfo
 from engine.execution.pass_logits import largest
 from engine.sampling import draw, probabilities, softmax
+
+if TYPE_CHECKING:
+    import torch
 
 
 class ModelTree:
@@ -74,5 +78,5 @@ class ModelTree:
         return agrees
 
     def finish(self) -> Draft:
-        self.draft.probs = torch.stack(self._dists) if self._dists else None
+        self.draft.probs = self._dists or None
         return self.draft

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from engine.api import MODES
 from engine.errors import EngineError
-from lsp_server.bench import host_work, next_edits
+from lsp_server.bench import next_edits
 from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwidth_gb_s
 from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
 from lsp_server.bench.pauses import DraftlineEditor, LlamaVimEditor, format_pauses, run_pauses, walks
@@ -242,8 +242,10 @@ def run(args: argparse.Namespace) -> int:
             if args.cold:
                 report["prefill_tokens_per_s"] = prefill_rates(runs, [len(p) for p in prompts])
             if args.host_work:
+                from lsp_server.bench import host_work  # a local engine's: not for an --endpoint run
+
                 outputs = {r.task: r.tokens for r in runs if r.mode == "ar" and not r.cold}
-                report["host_work"] = host_work.measure(engine.tokenizer, sources.files, tasks, prompts,
+                report["host_work"] = host_work.measure(engine.tokenizer, sources.files, Path.cwd(), tasks, prompts,
                                                         [outputs[i] for i in range(len(tasks))], args.max_new_tokens)
             references = {i: t.reference for i, t in enumerate(tasks)}
             for key, cold in (("workloads", False), ("cold_workloads", True))[:len(caches)]:
@@ -261,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
         report["model"]["pass_cost_learned"] = engine.describe()["pass_cost"]
     table = format_table(report) if tasks else ""
     if "host_work" in report:
+        from lsp_server.bench import host_work
+
         table += host_work.format_host_work(report["host_work"], engine.tokenizer.vocab_size)
     if quality_lines:
         table += format_quality(report["quality"])

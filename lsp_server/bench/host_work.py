@@ -11,6 +11,7 @@ to HOST_WORK_NODES. Modes with a draft model are left out: its passes are device
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from engine.api import Request
 from engine.engine import Engine
 from engine.execution.backends.replay import ReplayBackend
 from engine.tokenization.tokenizer import Tokenizer
-from lsp_server.bench.runner import Documents
+from lsp_server.bench.runner import Workspace
 from lsp_server.bench.sources import SourceFile
 from lsp_server.bench.tasks import Task
 
@@ -26,7 +27,7 @@ HOST_WORK_NODES = 16  # draft tokens in a verification pass at most
 MODES = ("ar", "lookup")
 
 
-def measure(tokenizer: Tokenizer, files: Sequence[SourceFile], tasks: Sequence[Task],
+def measure(tokenizer: Tokenizer, files: Sequence[SourceFile], root: Path, tasks: Sequence[Task],
             prompts: Sequence[list[int]], outputs: Sequence[list[int]], max_new_tokens: int) -> dict[str, dict]:
     """Per mode: the p50 and p90 over tasks of host milliseconds per target pass, tokens per
     pass, and logits elements copied to the host per pass. `outputs`: the real target's greedy
@@ -34,10 +35,10 @@ def measure(tokenizer: Tokenizer, files: Sequence[SourceFile], tasks: Sequence[T
     replay = ReplayBackend(tokenizer.vocab_size)
     end = min(tokenizer.eos_ids)  # after the output: it ended there (at end-of-text, or at max_new_tokens)
     engine = Engine(replay, tokenizer, max_nodes=HOST_WORK_NODES)
-    documents = Documents(engine, files)
+    workspace = Workspace(engine, files, root)
     per_mode: dict[str, list[tuple[float, float, float]]] = {m: [] for m in MODES}
     for task, prompt, output in zip(tasks, prompts, outputs):
-        documents.hide(task.path)
+        workspace.hide(task.path)
         replay.record(prompt + output + [end])
         for mode in MODES:
             engine.prefill(prompt)

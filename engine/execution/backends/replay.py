@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from engine.api import Sampling
 from engine.errors import EngineError
@@ -23,7 +22,7 @@ class RecordedLogits(PassLogits):
     """A pass's argmax ids, without rows: greedy verification's view of a real pass."""
 
     def __init__(self, ids: list[int]):
-        super().__init__(torch.empty(len(ids), 0))
+        super().__init__(np.empty((len(ids), 0), dtype=np.float32))
         self.ids = ids
 
     def argmax(self) -> list[int]:
