@@ -136,7 +136,7 @@ class Lookup:
                     break
                 node = tree.add(parent, token, chance, info)
                 added += 1
-                if level + 1 < depth:
+                if level + 1 < depth and added < max_nodes:  # room for its children
                     serial = self._push(heap, serial, node, chance, info.source, automaton, state,
                                         matched, level + 1, 0, floor)
 

@@ -30,13 +30,13 @@ MODES = ("ar", "lookup")
 def measure(tokenizer: Tokenizer, files: Sequence[SourceFile], root: Path, tasks: Sequence[Task],
             prompts: Sequence[list[int]], outputs: Sequence[list[int]], max_new_tokens: int) -> dict[str, dict]:
     """Per mode: the p50 and p90 over tasks of host milliseconds per target pass, tokens per
-    pass, and logits elements copied to the host per pass. `outputs`: the real target's greedy
-    tokens after each prompt."""
+    pass and logits elements copied to the host per pass (over all tasks). `outputs`: the real
+    target's greedy tokens after each prompt."""
     replay = ReplayBackend(tokenizer.vocab_size)
     end = min(tokenizer.eos_ids)  # after the output: it ended there (at end-of-text, or at max_new_tokens)
     engine = Engine(replay, tokenizer, max_nodes=HOST_WORK_NODES)
     workspace = Workspace(engine, files, root)
-    per_mode: dict[str, list[tuple[float, float, float]]] = {m: [] for m in MODES}
+    per_mode: dict[str, list[tuple[float, int, int, int]]] = {m: [] for m in MODES}
     for task, prompt, output in zip(tasks, prompts, outputs):
         workspace.hide(task.path)
         replay.record(prompt + output + [end])
@@ -47,16 +47,17 @@ def measure(tokenizer: Tokenizer, files: Sequence[SourceFile], root: Path, tasks
                 raise AssertionError(f"mode {mode} left the recorded output of task {task.path}:{task.line}")
             s = done.stats
             host_ms = s.total_ms - s.prefill_ms - s.target_ms
-            per_mode[mode].append((host_ms / s.target_passes, s.tokens_per_pass, s.logits_to_host / s.target_passes))
+            per_mode[mode].append((host_ms / s.target_passes, s.target_passes, s.new_tokens, s.logits_to_host))
     return {mode: _summary(rows) for mode, rows in per_mode.items() if rows}
 
 
-def _summary(rows: list[tuple[float, float, float]]) -> dict:
-    host, tokens, crossed = (np.array(column) for column in zip(*rows))
+def _summary(rows: list[tuple[float, int, int, int]]) -> dict:
+    """Host time: the p50 and p90 of each task's mean per pass; the rest: totals over totals."""
+    host, passes, tokens, crossed = (np.array(column) for column in zip(*rows))
     return {"host_ms_per_pass_p50": round(float(np.median(host)), 4),
             "host_ms_per_pass_p90": round(float(np.percentile(host, 90)), 4),
-            "tokens_per_pass": round(float(tokens.mean()), 3),
-            "logits_to_host_per_pass": round(float(crossed.mean()), 2), "tasks": len(rows)}
+            "tokens_per_pass": round(float(tokens.sum() / passes.sum()), 3),
+            "logits_to_host_per_pass": round(float(crossed.sum() / passes.sum()), 2), "tasks": len(rows)}
 
 
 def format_host_work(summary: dict[str, dict], vocab: int) -> str:
