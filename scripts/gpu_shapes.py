@@ -7,8 +7,8 @@ so the drafting policy's tokens per pass come from `scripts/policy_under_costs.p
 run where the real models are. For each GPU backend (torch; exllamav2 where installed):
 
   1. passes: a pass of 1, 2, 4, 8 and 16 tokens over a --context-token cache (1536), median
-     of --repeats (7) after a warm-up, synchronized: `ms` is the backend's `forward` as
-     decoding calls it (logits copied to the host), `device_ms` the model's compute inside it;
+     of --repeats (7) after a warm-up, synchronized: `ms` is the backend's `score` and the ids
+     greedy verification reads, as decoding calls them, `device_ms` the model's compute inside;
      torch in bf16 (fp16 where the GPU has no bf16), exllamav2 in fp16;
   2. every mode (ar, lookup, draft, hybrid) on prompts cut from this checkout's engine/ code,
      lookup drafting from those files, then again from a document holding the greedy output
@@ -17,7 +17,7 @@ run where the real models are. For each GPU backend (torch; exllamav2 where inst
      pass differently, so only fp32 output is exact: the engine's rule); exllamav2 in fp16. A
      difference records where the outputs part and plain greedy's logit margin there;
   3. host work per target pass: a generation's wall time, its prompt already in the caches,
-     less the time inside the target's and the draft's `forward`, over its target passes;
+     less the time inside the target's and the draft's passes, over its target passes;
      p50 over the generations, per mode;
   4. `policy`: per backend and target, without and with the 0.5B draft, whether it verifies
      token trees (`tree`; exllamav2 verifies chains), the costs the drafting policy takes (in
@@ -168,8 +168,9 @@ class Meter:
 
 def time_passes(backend: Backend, device: Meter, context: list[int], widths: tuple[int, ...],
                 repeats: int) -> dict[str, dict[str, float]]:
-    """Median milliseconds of a pass of each width over the `context` cache: `ms` of `forward`
-    (logits to the host), `device_ms` of the compute inside it (the `device` meter's)."""
+    """Median milliseconds of a pass of each width over the `context` cache: `ms` of `score`
+    and the argmax ids greedy verification reads from it (the logits stay on the device),
+    `device_ms` of the compute inside it (the `device` meter's)."""
     backend.truncate(0)
     backend.sync(context)
     out = {}
@@ -179,7 +180,7 @@ def time_passes(backend: Backend, device: Meter, context: list[int], widths: tup
             backend.truncate(len(context))
             device.sync()
             before, start = device.seconds, time.perf_counter()
-            backend.forward(context[:width])
+            backend.score(context[:width]).argmax()
             device.sync()
             walls.append(time.perf_counter() - start)
             inside.append(device.seconds - before)
