@@ -4,9 +4,9 @@ Invariant of both loops: the target's cache holds the context except its last to
 which the next pass feeds first. One speculative step is
 
     draft   = drafter.propose(context, k)                 # a chain or a token tree
-    logits  = target.forward([current] + draft)          # one pass scores every draft token
-    accepted, next = verify(draft, logits)               # greedy match, or rejection sampling
-                                                         # (where the logits are: ids cross)
+    logits  = target.score([current] + draft)            # one pass scores every draft token
+    accepted, next = verify(draft, logits)               # greedy match, or rejection sampling,
+                                                         # where the logits are: only ids cross
     target.keep(current + accepted)                      # roll back the rejected tokens
     output += accepted + [next]
 
