@@ -38,6 +38,9 @@ class Sampling:
         return self.temperature <= 0.0
 
 
+COMPLETION_CACHE, EDIT_CACHE = 0, 1  # Request.cache: the KV caches an engine may keep
+
+
 @dataclass(frozen=True)
 class Request:
     """One generation, from the engine's API down to the decoding loop (after exllamav2's
@@ -57,6 +60,9 @@ class Request:
     on_prefilled: Callable[[], None] | None = None
     # Re-choose a text prompt's last token (engine/healing.py); token-id prompts are never healed.
     heal: bool = True
+    # Which KV cache it runs in, where the backend keeps more than one: next-edit predictions
+    # run in their own (EDIT_CACHE), so the editor's completions find their prompt still cached.
+    cache: int = 0
 
 
 @dataclass

@@ -18,7 +18,7 @@ from engine.errors import EngineError
 from engine.healing import Healer
 from engine.loading.catalog import DEFAULT
 from engine.models import load_model, resolve, resolve_dtype
-from engine.api import DEFAULT_MODE, MODES, Completion, Request
+from engine.api import COMPLETION_CACHE, DEFAULT_MODE, MODES, Completion, Request
 from engine.tokenization.tokenizer import Tokenizer
 from engine.loading.user_cache import content_key, machine_key
 
@@ -205,12 +205,19 @@ class Engine:
         tokens = tokens[max(0, len(tokens) - room + bos):]
         if bos:  # added after healing and trimming, so that neither removes it
             tokens = self.tokenizer.with_bos(tokens)
-        if mode == "ar":
-            gen = generate_autoregressive(self.target, tokens, request, self.vocabulary, owed)
-        else:
-            gen = generate_speculative(self.target, self._drafter(mode), tokens, request,
-                                       self.vocabulary, self.max_nodes, owed)
-            self._keep_learned()
+        # Another cache where the backend keeps one (else the one), and back: everything else
+        # (prefills, the cold rule's cached_tokens) speaks of the completions' cache.
+        cache = request.cache if request.cache < self.target.capabilities.caches else COMPLETION_CACHE
+        self.target.use_cache(cache)
+        try:
+            if mode == "ar":
+                gen = generate_autoregressive(self.target, tokens, request, self.vocabulary, owed)
+            else:
+                gen = generate_speculative(self.target, self._drafter(mode), tokens, request,
+                                           self.vocabulary, self.max_nodes, owed)
+                self._keep_learned()
+        finally:
+            self.target.use_cache(COMPLETION_CACHE)
         return Completion(gen.text, gen.tokens, gen.stats)
 
     def measure_prefill(self, tokens: int = 320) -> None:

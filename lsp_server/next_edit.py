@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from engine.api import CompletionEngine, Request
+from engine.api import EDIT_CACHE, CompletionEngine, Request
 from engine.stats import Stats
 from engine.tokenization.tokenizer import Tokenizer
 from lsp_server.edit_history import Edit, changed_span
@@ -326,8 +326,9 @@ def predict(engine: CompletionEngine, text: str, line: int, edits: list[Edit], p
     shown = shown_window(window, edits)
     prompt = chat_prompt(engine.tokenizer, instruction(edits, shown.text, lang), f"{FENCE}{lang}\n")
     room = len(engine.tokenizer.encode(shown.text)) * 3 // 2 + 32  # the window, changed a little
-    result = engine.complete(prompt, Request(min(room, 1024), _rewrite_stop(shown), cancel=cancel, heal=False),
-                             mode)
+    # In a KV cache of its own: the completions' prompt stays cached for the next keystroke.
+    result = engine.complete(prompt, Request(min(room, 1024), _rewrite_stop(shown), cancel=cancel, heal=False,
+                                             cache=EDIT_CACHE), mode)
     finished = result.stats.stop_reason == "stop" or (result.stats.stop_reason == "eos" and result.text)
     if not finished:
         return Prediction(None, result.stats, None)

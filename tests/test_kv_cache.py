@@ -91,3 +91,27 @@ def test_draft_pass_positions_address_each_node_in_one_verification_pass(target,
             up = draft.parents[up]
         expected = fresh_logits(target, prefix + [current] + path)[-1]
         torch.testing.assert_close(rows[Draft.pass_position(node)], expected, atol=ATOL, rtol=0)
+
+
+@pytest.mark.integration  # the embedded model, twice
+@pytest.mark.parametrize("dtype", ["gguf", "fp32"])  # the native backend; torch
+def test_a_next_edit_prediction_leaves_the_completions_cache_warm(dtype):
+    """A request in the edit cache runs in KV arrays of its own: the completions' prompt is
+    still cached afterwards, and each cache's output is what a fresh engine writes."""
+    from engine.api import EDIT_CACHE, Request
+    from engine.engine import Engine
+    from tests.models import SMALL
+
+    engine = Engine.load(SMALL, dtype=dtype, threads=2)
+    assert engine.target.capabilities.caches == 2
+    code = stdlib_text("textwrap.py")
+    completion, edit = code[:1500], code[3000:4200]
+    first = engine.complete(completion, Request(16), "lookup")
+    predicted = engine.complete(edit, Request(16, cache=EDIT_CACHE), "lookup")
+    again = engine.complete(completion, Request(16), "lookup")
+    assert again.tokens == first.tokens
+    assert again.stats.new_prompt_tokens <= 1  # only the healed last token is read again
+    repeated = engine.complete(edit, Request(16, cache=EDIT_CACHE), "lookup")
+    assert repeated.tokens == predicted.tokens and repeated.stats.new_prompt_tokens <= 1
+    engine.forget_cache()
+    assert engine.complete(edit, Request(16), "lookup").tokens == predicted.tokens

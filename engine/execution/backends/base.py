@@ -30,6 +30,7 @@ class Capabilities:
     # shape (no warm-up), and a pass costs the same from an empty cache.
     native: bool = False
     tile_from: int = 0  # the narrowest pass that AMX tiles take (amx.c; 0: none)
+    caches: int = 1  # KV caches it keeps and switches between (`use_cache`)
 
 
 class Backend(ABC):
@@ -151,6 +152,12 @@ class Backend(ABC):
     def _compact(self, start: int, offsets: Sequence[int]) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot compact a token tree")
 
+    def use_cache(self, cache: int) -> None:
+        """Run passes on KV cache number `cache` (below `capabilities.caches`) from now on; the
+        others keep what they hold."""
+        if cache != 0:
+            raise NotImplementedError(f"{type(self).__name__} keeps one KV cache")
+
     def cached_prefix(self, prompt: Sequence[int]) -> int:
         """How many of `prompt`'s first tokens the cache already holds."""
         return common_prefix(self.tokens, prompt)
@@ -223,6 +230,32 @@ class ArrayCache(Backend):
     k_cache: np.ndarray
     v_cache: np.ndarray
     features: np.ndarray | None
+    _cache = 0  # which KV cache the arrays are
+    _other_caches: dict | None = None  # the others: number -> (tokens, k, v, features)
+
+    def use_cache(self, cache: int) -> None:
+        """Switch the arrays (made on first use, empty: a cache's untouched pages cost no
+        memory) and `tokens`; the weights are shared."""
+        if cache == self._cache:
+            return
+        if not 0 <= cache < self.capabilities.caches:
+            raise ValueError(f"{type(self).__name__} keeps {self.capabilities.caches} KV caches, not {cache + 1}")
+        others = self._other_caches = self._other_caches or {}
+        others[self._cache] = (self.tokens, self.k_cache, self.v_cache, self.features)
+        if cache not in others:
+            others[cache] = ([], _empty_like(self.k_cache), _empty_like(self.v_cache),
+                             None if self.features is None else _empty_like(self.features))
+        self.tokens, self.k_cache, self.v_cache, self.features = others.pop(cache)
+        self._cache = cache
+        self._cache_moved()
+
+    def _cache_moved(self) -> None:
+        """The arrays are others now: what holds their addresses (the C decoder) follows."""
+
+    def kv_cache_bytes(self) -> int:
+        """Bytes of every KV cache it has made (a cache's pages cost memory once written)."""
+        arrays = [self.k_cache, self.v_cache] + [a for c in (self._other_caches or {}).values() for a in c[1:3]]
+        return sum(a.nbytes if isinstance(a, np.ndarray) else a.numel() * a.element_size() for a in arrays)
 
     def truncate(self, n: int) -> None:
         del self.tokens[n:]
@@ -235,6 +268,11 @@ class ArrayCache(Backend):
         if self.features is not None:
             self.features[start:end] = self.features[idx]
         self.tokens[start:] = [self.tokens[start + o] for o in offsets]
+
+
+def _empty_like(t):
+    """An uninitialised array like `t`, numpy or torch."""
+    return np.empty_like(t) if isinstance(t, np.ndarray) else t.new_empty(t.shape)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -88,7 +88,10 @@ class NativeLlama(ArrayCache):
     def capabilities(self) -> Capabilities:
         """Token trees, thread counts per pass width, every pass one C call in the stored format."""
         return Capabilities(tree=True, kernels=(STORED,), threads=True, native=True,
-                            tile_from=self.native.tiles_from())
+                            tile_from=self.native.tiles_from(), caches=2)
+
+    def _cache_moved(self) -> None:
+        self.native.point_at_cache(self)
 
     def cost_key(self) -> str:
         return f"NativeLlama-gguf-{self.native.build}"
@@ -120,7 +123,7 @@ class NativeLlama(ArrayCache):
         scratch += 0 if self.features is None else self.features.nbytes
         return {"weights_mapped": sum(p.nbytes for p in blocks if p.mapped),
                 "weights_held": sum(p.nbytes for p in blocks if not p.mapped) + vectors,
-                "copies": 0, "kv_cache": self.k_cache.nbytes + self.v_cache.nbytes, "scratch": scratch}
+                "copies": 0, "kv_cache": self.kv_cache_bytes(), "scratch": scratch}
 
     def record_features(self) -> None:
         """Keep the final normed hidden state (float32) of each cached position in `features`."""

@@ -187,7 +187,11 @@ class TorchLlama(TensorPasses, ArrayCache):
         run the passes, torch's kernels for the weights' format (engine/execution/kernels.py)."""
         kernels = (STORED,) if self.native is not None else prefill_candidates(self.dtype, self.quant is not None)
         return Capabilities(tree=True, device=self.device.type, kernels=kernels, threads=self.device.type == "cpu",
-                            native=self.native is not None)
+                            native=self.native is not None, caches=2)
+
+    def _cache_moved(self) -> None:
+        if self.native is not None:
+            self.native.point_at_cache(self)
 
     def cost_key(self) -> str:
         build = "" if self.native is None else f"-{self.native.build}"
@@ -228,7 +232,7 @@ class TorchLlama(TensorPasses, ArrayCache):
         scratch += 0 if self.features is None else weight_nbytes(self.features)
         return {"weights_mapped": sum(weight_nbytes(w) for w in weights if _mapped(w)),
                 "weights_held": sum(weight_nbytes(w) for w in weights if not _mapped(w)),
-                "copies": copies, "kv_cache": weight_nbytes(self.k_cache) + weight_nbytes(self.v_cache),
+                "copies": copies, "kv_cache": self.kv_cache_bytes(),
                 "scratch": scratch}
 
     def set_threads(self, n: int) -> None:

@@ -306,6 +306,10 @@ class NativeDecoder:
         mlp = self._layers[0].w_gate_up  # most of a pass's weights
         self._tiled = all(mlp.parts[i].format in _K_QUANTS for i in range(mlp.n_parts))
 
+    def point_at_cache(self, model) -> None:
+        """Passes read and write the model's KV cache arrays of now (it switched caches)."""
+        self._struct.k_cache, self._struct.v_cache = _pointer(model.k_cache), _pointer(model.v_cache)
+
     def _vector(self, t) -> int | None:
         if t is None:
             return None
