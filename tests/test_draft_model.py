@@ -23,13 +23,19 @@ from tests.models import SMALL
 # Measured on this file: 49.3% (fp32, first 384 tokens); 43.0% over 12 held-out files in bf16
 # (docs/draft_model.md). The floor leaves room for platform differences.
 AGREEMENT_FLOOR = 0.40
+DRAFTING_PAYS = PassCosts([0.0] + [1.0] * 30, draft_cost=0.01)  # seconds: verifying is flat, drafting cheap
 
 
 @pytest.fixture(scope="module")
-def engine(fp32_engine: Engine) -> Engine:
-    """The shared fp32 target (conftest.py), which loads the embedded draft."""
+def engine(fp32_engine: Engine):
+    """The shared fp32 target (conftest.py), which loads the embedded draft. Its pass costs are
+    set so that drafting pays: timed on a loaded machine, a draft pass can cost as much as a
+    target pass, and the draft-length policy then rightly drafts nothing."""
     assert fp32_engine.draft is not None
-    return fp32_engine
+    measured = fp32_engine.costs
+    fp32_engine.costs = DRAFTING_PAYS
+    yield fp32_engine
+    fp32_engine.costs = measured
 
 
 def test_engine_load_embedded_draft_shares_the_target_embedding(engine: Engine) -> None:
@@ -139,7 +145,7 @@ def test_on_the_default_native_target_it_loads_drafts_and_stays_exact() -> None:
     native = Engine.load(SMALL, draft="embedded", threads=2)
     assert type(native.target).__name__ == "NativeLlama" and native.draft.backend.embed is native.target.embed
     assert native.costs.draft_cost > 0
-    native.costs = PassCosts([0.0] + [1.0] * 30, draft_cost=0.01)  # drafting pays, whatever this machine's timings
+    native.costs = DRAFTING_PAYS  # whatever this machine's timings
     prompt = held_out_file().read_text(encoding="utf-8")[:1200]
     ar = native.complete(prompt, Request(max_new_tokens=24), "ar").tokens
     for mode in ("draft", "hybrid"):
