@@ -135,4 +135,5 @@ $(LLAMA_SERVER_BIN): | $(LLAMA_CPP_SDIST)
 	@(cmake -S $(LLAMA_CPP_DIR)/llama_cpp_python-0.3.16/vendor/llama.cpp -B $(LLAMA_SERVER_BUILD) \
 		$(LLAMA_SERVER_CMAKE_ARGS) >$(LLAMA_CPP_DIR)/llama-server-build.log 2>&1 && \
 	  cmake --build $(LLAMA_SERVER_BUILD) --target llama-server -j2 >>$(LLAMA_CPP_DIR)/llama-server-build.log 2>&1) \
-	|| echo "llama-server did not build (see $(LLAMA_CPP_DIR)/llama-server-build.log): bench's llama-server peer is unavailable"
+	|| { tail -n 15 $(LLAMA_CPP_DIR)/llama-server-build.log; \
+	     echo "llama-server did not build (the log's end above; all of it in $(LLAMA_CPP_DIR)/llama-server-build.log): bench's llama-server peer is unavailable"; }
