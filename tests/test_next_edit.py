@@ -1,5 +1,6 @@
 """Next-edit prediction: the window, the prompt, the smallest edit, and a rewrite decoded
 speculatively that is exactly plain decoding's."""
+from engine.draft_length import PassCosts
 from lsp_server.edit_history import Edit
 from lsp_server.next_edit import (
     WINDOW_LINES, NextEdit, Position, Shown, Window, chat_prompt, first_change_end, instruction, keep_layout,
@@ -50,7 +51,8 @@ def test_no_edits_no_prediction(fp32_engine):
     assert prediction.edit is None and prediction.rewrite is None
 
 
-def test_the_speculative_rewrite_is_plain_decodings(fp32_engine):
+def test_the_speculative_rewrite_is_plain_decodings(fp32_engine, monkeypatch):
+    monkeypatch.setattr(fp32_engine, "costs", PassCosts())  # flat: drafting pays on any machine's load
     code = "def area(w, h):\n    return w * h\n\n\ndef perimeter(width, height):\n    return 2 * (width + height)\n"
     spec = predict(fp32_engine, code, 1, [RENAME], "shapes.py", "lookup")
     plain = predict(fp32_engine, code, 1, [RENAME], "shapes.py", "ar")
