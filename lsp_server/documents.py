@@ -62,7 +62,7 @@ class Documents:
         else:
             for uri, text in list(self._files.items()):
                 if uri not in self._open:
-                    engine.set_document(uri, text)
+                    engine.set_document(uri, text, "workspace")
 
     def stop(self) -> None:
         """Stop following the workspace's files."""
@@ -106,7 +106,7 @@ class Documents:
         if on_disk is None:
             self._engine.remove_document(uri)
         else:
-            self._engine.set_document(uri, on_disk)
+            self._engine.set_document(uri, on_disk, "workspace")
 
     # --- the workspace's files (the index's thread, or a caller that reads them itself) ---
     def file_changed(self, uri: str, text: str) -> None:
@@ -115,7 +115,7 @@ class Documents:
         self._files[uri] = text
         self.repository.set(self.name(uri), text)
         if self._engine is not None and uri not in self._open:
-            self._engine.set_document(uri, text)
+            self._engine.set_document(uri, text, "workspace")
 
     def file_removed(self, uri: str) -> None:
         """A workspace file gone from disk (or now refused); an open document keeps its text."""

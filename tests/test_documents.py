@@ -15,9 +15,10 @@ class HeldDocuments:
 
     def __init__(self):
         self.texts: dict[str, str] = {}
+        self.sources: dict[str, str] = {}  # lookup's source of each: its budget and acceptance
 
     def set_document(self, doc_id: str, text: str, source: str = "document") -> None:
-        self.texts[doc_id] = text
+        self.texts[doc_id], self.sources[doc_id] = text, source
 
     def remove_document(self, doc_id: str) -> None:
         self.texts.pop(doc_id, None)
@@ -70,7 +71,9 @@ def test_an_open_document_wins_over_its_file_and_closing_it_gives_the_file_back(
     app, elsewhere = (root / "app.py").as_uri(), (tmp_path / "notes.py").as_uri()
     files = {app: "def main():\n    return 1\n", (root / ".gitignore").as_uri(): "build/\n"}
     assert engine.texts == files  # nothing refused was indexed
+    assert set(engine.sources.values()) == {"workspace"}
     documents.open(app, "def main():\n    return 2\n", version=3)
+    assert engine.sources[app] == "document"
     documents.open(elsewhere, "NOTE = 1\n")
     documents.file_changed(app, "def main():\n    return 1  # saved elsewhere\n")
     assert engine.texts[app] == "def main():\n    return 2\n"
@@ -88,6 +91,7 @@ def test_an_open_document_wins_over_its_file_and_closing_it_gives_the_file_back(
     documents.close(app)
     documents.close(elsewhere)
     assert engine.texts == files | {app: "def main():\n    return 1  # saved elsewhere\n"}  # the file took over
+    assert engine.sources[app] == "workspace"
     assert documents.get(app) is None and documents.shareable("untitled:2") == {}
     assert documents.repository.recent_edits() == []
     documents.file_removed(app)
@@ -96,6 +100,7 @@ def test_an_open_document_wins_over_its_file_and_closing_it_gives_the_file_back(
     another = HeldDocuments()
     documents.use(another)  # files fed by hand (no index watching) go to a new engine too
     assert another.texts == {(root / ".gitignore").as_uri(): "build/\n", elsewhere: "NOTE = 2\n"}
+    assert another.sources == {(root / ".gitignore").as_uri(): "workspace", elsewhere: "document"}
 
 
 def test_unknown_uris_change_nothing(tmp_path):
