@@ -38,37 +38,21 @@ class Vocabulary:
     healer: Healer
 
 
-class _Text:
-    """The text of a growing list of tokens, decoded once each: `Tokenizer.decode` renders what
-    ids add when continuing a sequence, so a text that ends on a whole character is a prefix of
-    every continuation's. Only the tokens since the last such end (the bytes of a character cut
-    between tokens) are decoded again."""
-
-    def __init__(self, decode: Callable[[Sequence[int]], str]):
-        self.decode = decode
-        self.settled = ""  # the text of the tokens before `pending`
-        self.pending: list[int] = []
-
-    def with_(self, more: Sequence[int]) -> str:
-        """The text with `more` tokens appended (not kept)."""
-        return self.settled + self.decode(self.pending + list(more)) if self.pending or more else self.settled
-
-    def append(self, token: int) -> None:
-        self.pending.append(token)
-        text = self.decode(self.pending)
-        if not text.endswith("\ufffd"):  # a character's bytes cut between tokens: not settled
-            self.settled, self.pending = self.settled + text, []
-
-
 class _Output:
-    """Tokens committed so far; applies the request's stop rules token by token, in order."""
+    """Tokens committed so far; applies the request's stop rules token by token, in order.
+
+    Their text is decoded once each: `Tokenizer.decode` renders what ids add when continuing a
+    sequence, so a text that ends on a whole character is a prefix of every continuation's.
+    Only the tokens since the last such end (`_pending`: a character's bytes cut between
+    tokens) are decoded again."""
 
     def __init__(self, request: Request, vocab: Vocabulary, owed: str):
         self.request, self.vocab, self.owed = request, vocab, owed
         self.stats = Stats()
         self.tokens: list[int] = []
         self.stop_reason = ""
-        self._text = _Text(vocab.decode)
+        self._settled = ""  # the text of the tokens before `_pending`
+        self._pending: list[int] = []
         self.cut = self._stop_at(self.text)  # where the request's stop rule cuts the text, if it does
 
     @property
@@ -77,7 +61,9 @@ class _Output:
         return self._text_with(())
 
     def _text_with(self, more: Sequence[int]) -> str:
-        return self._text.with_(more)[len(self.owed):]
+        """The text with `more` tokens appended (not kept)."""
+        pending = self._pending + list(more)
+        return (self._settled + self.vocab.decode(pending) if pending else self._settled)[len(self.owed):]
 
     def _stop_at(self, text: str) -> int | None:
         """The request's stop rule: where it cuts `text` (None: it goes on)."""
@@ -98,7 +84,10 @@ class _Output:
                 self.stop_reason = "eos"
                 return
             self.tokens.append(token)
-            self._text.append(token)
+            self._pending.append(token)
+            text = self.vocab.decode(self._pending)
+            if not text.endswith("\ufffd"):  # else a character's bytes are cut between tokens
+                self._settled, self._pending = self._settled + text, []
             self.cut = self._stop_at(self.text)
             if len(self.tokens) >= self.request.max_new_tokens:
                 self.stop_reason = "max_tokens"

@@ -1,7 +1,8 @@
 """How many functions and files one inline request passes through: a profiler hook on one warm
 `suggestions()` call of the language server (the small model in fp32, lookup), counting the
 distinct functions of this project (lambdas and properties included) and their files, on the
-event loop and the model thread alike. Run from a checkout's root to count that checkout:
+event loop and the model thread alike; then the named functions alone (comprehensions and
+lambdas are read where they stand), all of them, the server's and the engine's. Run from a checkout's root to count that checkout:
 
   PYTHONPATH=. .venv/bin/python scripts/request_path.py [--list]
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 import threading
 from pathlib import Path
@@ -17,11 +19,15 @@ from lsprotocol import types
 
 ROOT = Path.cwd().resolve()
 PACKAGES = tuple(str(ROOT / p) for p in ("engine", "lsp_server"))
+# Code read where it stands, not a hop to another place: comprehensions and lambdas.
+INLINE = re.compile(r"<(listcomp|genexpr|dictcomp|setcomp|lambda)>$")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--list", action="store_true", help="print each function")
+    ap.add_argument("--dtype", default="fp32", help="the model's dtype: fp32 (torch), or gguf "
+                    "(the native decoder on the file, as users run it)")
     args = ap.parse_args()
     from engine.engine import Engine
     from lsp_server import server as server_module
@@ -32,7 +38,7 @@ def main() -> int:
     server = server_module.server
     server.protocol._workspace = Workspace(ROOT.as_uri())  # what `initialize` would make
     server.status = lambda *a, **k: None  # no client to notify
-    engine = Engine.load("smollm2-135m", dtype="fp32", threads=2)
+    engine = Engine.load("smollm2-135m", dtype=args.dtype, threads=2)
     server.engine = engine
     if hasattr(server, "documents"):  # the releases with one store of documents
         from lsp_server.suggester import Suggester
@@ -72,6 +78,10 @@ def main() -> int:
         for f, name in sorted(seen):
             print(f"{Path(f).relative_to(ROOT)}: {name}")
     print(f"one warm inline request: {len(seen)} functions in {len(files)} files")
+    named = {(f, name) for f, name in seen if not INLINE.search(name)}
+    for layer, where in (("all", PACKAGES), ("server", PACKAGES[1:]), ("engine", PACKAGES[:1])):
+        mine = {(f, name) for f, name in named if f.startswith(where)}
+        print(f"  named functions ({layer}): {len(mine)} in {len(dict.fromkeys(f for f, _ in mine))} files")
     server.scheduler.shutdown()
     return 0
 

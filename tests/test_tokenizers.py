@@ -238,16 +238,18 @@ def test_hf_bos_from_a_post_processor_sequence(tmp_path):
 @needs_vocabs
 @pytest.mark.parametrize("name", ["llama-spm", "llama-bpe", "qwen2", "deepseek-coder"])
 def test_output_text_decoded_token_by_token_is_the_whole_decode(name):
-    """Decoding keeps the output's text by decoding each token once (engine/decoding.py _Text):
-    at every length, and with any tokens appended, it is what decoding all the ids gives, also
-    where a character's bytes are cut between tokens (byte fallback, byte-level pieces)."""
-    from engine.decoding import _Text
+    """Decoding keeps the output's text by decoding each token once (engine/decoding.py
+    _Output): at every length, and with any tokens appended, it is what decoding all the ids
+    gives, also where a character's bytes are cut between tokens (byte fallback, byte-level
+    pieces)."""
+    from engine.api import Request
+    from engine.decoding import Vocabulary, _Output
 
     tok = tokenizer(name)
     ids = tok.encode("def naïve(x):\n\treturn f'{x}€ — 世界 🎉 λ≠∞'  # déjà vu\n")
-    text = _Text(tok.decode)
+    out = _Output(Request(max_new_tokens=len(ids) + 1), Vocabulary(frozenset(), tok.decode, None), owed="")
     for i, token in enumerate(ids):
-        text.append(token)
-        assert text.with_(()) == tok.decode(ids[:i + 1])
-        assert text.with_(ids[i + 1:]) == tok.decode(ids)
+        out.commit([token])
+        assert out.text == tok.decode(ids[:i + 1])
+        assert out._text_with(ids[i + 1:]) == tok.decode(ids)
     assert any(tok.decode([t]).endswith("\ufffd") for t in ids)  # some character is cut between tokens

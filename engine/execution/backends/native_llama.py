@@ -12,6 +12,7 @@ import ctypes
 import os
 import threading
 from collections.abc import Sequence
+from functools import cached_property
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,7 +85,7 @@ class NativeLlama(ArrayCache):
             raise EngineError(f"{weights.source}: the native decoder cannot compute this model here")
         self.native = NativeDecoder(lib, self)
 
-    @property
+    @cached_property  # fixed once loaded; read every request
     def capabilities(self) -> Capabilities:
         """Token trees, thread counts per pass width, every pass one C call in the stored format."""
         return Capabilities(tree=True, kernels=(STORED,), threads=True, native=True,

@@ -15,6 +15,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -181,7 +182,7 @@ class TorchLlama(TensorPasses, ArrayCache):
                 b_down=optional(p + "b_down"),
             ))
 
-    @property
+    @cached_property  # fixed once loaded; read every request
     def capabilities(self) -> Capabilities:
         """Token trees; on a CPU, thread counts per pass width; and where the C decoder does not
         run the passes, torch's kernels for the weights' format (engine/execution/kernels.py)."""

@@ -273,9 +273,12 @@ def product(lib: ctypes.CDLL, w, x) -> np.ndarray:
 
 def rows(lib: ctypes.CDLL, w, ids) -> np.ndarray:
     """Rows of a matrix as float32, as the products see its weights."""
+    return _rows(lib, c_matrix(w), ids)
+
+
+def _rows(lib: ctypes.CDLL, matrix: _Matrix, ids) -> np.ndarray:
     index = np.ascontiguousarray(np.asarray(ids), dtype=np.int64).reshape(-1)
-    out = np.empty((len(index), w.shape[1]), dtype=np.float32)
-    matrix = c_matrix(w)
+    out = np.empty((len(index), matrix.cols), dtype=np.float32)
     lib.draftline_rows(ctypes.byref(matrix), index.ctypes.data, len(index), out.ctypes.data)
     return out
 
@@ -303,6 +306,7 @@ class NativeDecoder:
                               _pointer(model.k_cache), _pointer(model.v_cache), _pointer(self.cos),
                               _pointer(self.sin))
         self.scratch_bytes = 0  # the largest pass's so far
+        self._embedding: tuple[object, _Matrix] | None = None  # (the matrix, its C description)
         mlp = self._layers[0].w_gate_up  # most of a pass's weights
         self._tiled = all(mlp.parts[i].format in _K_QUANTS for i in range(mlp.n_parts))
 
@@ -348,8 +352,11 @@ class NativeDecoder:
         return product(self.lib, head, features)
 
     def embed(self, embedding, ids) -> np.ndarray:
-        """float32 input vectors [n, hidden]: rows of the embedding, as the products see it."""
-        return rows(self.lib, embedding, ids)
+        """float32 input vectors [n, hidden]: rows of the embedding, as the products see it.
+        Its C description is made once: every pass looks its tokens up."""
+        if self._embedding is None or self._embedding[0] is not embedding:
+            self._embedding = (embedding, c_matrix(embedding))
+        return _rows(self.lib, self._embedding[1], ids)
 
     def forward(self, x, start: int, positions: np.ndarray, local: np.ndarray, logits: bool, threads: int,
                 stop: ctypes.c_int | None = None, states: bool = True
