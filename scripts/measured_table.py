@@ -2,7 +2,7 @@
 cache (warm, and cold where the run had --cold), tokens per second, tokens per target pass and
 p50 per workload; above it the command that reproduces each run and the machine it ran on.
 
-    .venv/bin/python scripts/measured_table.py BENCH_JSON [...] [--paths /tmp/code]
+    .venv/bin/python scripts/measured_table.py BENCH_JSON [...] [--paths /tmp/code[,/tmp/more]]
         [--draft qwen2.5-coder-0.5b] [--in-process-peers] [--write README.md | --check README.md]
 
 --paths and --draft fill in what a bench JSON does not record (the folders it read, the draft
@@ -133,13 +133,14 @@ def table(paths: list[Path], relative_to: Path, given_paths: str, draft: str | N
     several = len(reports) > 1
     workloads = next((list(r["workloads"]) for r in reports if r.get("workloads")), [])
     lines = []
+    folders = given_paths.split(",")  # one for all runs, or one per run
     for i, (path, report) in enumerate(zip(paths, reports), 1):
         mark = f"[{i}] " if several else ""
         link = os.path.relpath(path, relative_to)
         s = report["settings"]
         work = (f"{s['tasks_per_workload']} tasks per workload, {s['max_new_tokens']} new tokens"
                 if s["tasks_per_workload"] else f"{s['pauses']} pauses")
-        lines.append(f"{mark}`{command(report, given_paths, draft)}` on {report['sources']['files']} files, {work}, "
+        lines.append(f"{mark}`{command(report, folders[min(i, len(folders)) - 1], draft)}` on {report['sources']['files']} files, {work}, "
                      f"{report['model']['dtype']} weights; {machine(report)} ([{Path(link).name}]({link})).")
         lines.append("")
     head = "| " + ("run, " if several else "") + "mode | " + " | ".join(
@@ -193,7 +194,8 @@ def invocation(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", type=Path, nargs="+", metavar="BENCH_JSON")
-    parser.add_argument("--paths", default="PATH", help="the folders the bench read, for the command shown")
+    parser.add_argument("--paths", default="PATH", help="the folders the bench read, for the command shown: "
+                        "one for all runs, or one per BENCH_JSON, comma-separated")
     parser.add_argument("--draft", default=None, help="the draft model's name, for the command shown")
     parser.add_argument("--in-process-peers", action="store_true",
                         help="show peers that ran in bench's own process (marked, no ratio)")
