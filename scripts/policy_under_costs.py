@@ -102,7 +102,7 @@ def chain_passes(backend: Backend, on: bool) -> Iterator[None]:
         yield
         return
     cls = type(backend)
-    chains = property(lambda self: dataclasses.replace(cls.capabilities.fget(self), tree=False))
+    chains = property(lambda self: dataclasses.replace(cls.capabilities.__get__(self, cls), tree=False))
     backend.__class__ = type(f"{cls.__name__}ChainsOnly", (cls,), {"capabilities": chains})
     try:
         yield
