@@ -26,6 +26,10 @@ AMX_GRANTED := $(shell python3 -c "import ctypes, platform; print(platform.machi
 NO_AMX := $(if $(filter True,$(AMX_GRANTED)),,-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
 LLAMA_WHEEL_DIR := .cache/wheels/$(CPU_KEY)$(if $(NO_AMX),,-amx)
 LLAMA_SERVER := $(VENV)/.llama-cpp-server-$(CPU_KEY)$(if $(NO_AMX),,-amx)
+# llama.cpp's own llama-server, built into the checkout's cache (rule below). Defined before
+# `test` names it: a rule's prerequisites are expanded where the rule is read.
+LLAMA_SERVER_BUILD := .cache/llama-server/$(CPU_KEY)$(if $(NO_AMX),,-amx)
+LLAMA_SERVER_BIN := $(LLAMA_SERVER_BUILD)/bin/llama-server
 
 # The native decoder compiled for this CPU at install, as installing llama.cpp compiles it, so
 # that no start pays the compile (engine/execution/native/; kept in the user cache, keyed by CPU).
@@ -124,8 +128,6 @@ $(LLAMA_SERVER): $(LLAMA_CPP_SDIST)
 # (GGML_NATIVE, AMX as above), into the checkout's cache. `lsp_server bench` finds it there
 # (or on PATH, or at $$DRAFTLINE_LLAMA_SERVER) and runs it in its own process, in the user's
 # environment. A build that fails leaves only that peer unavailable: `make test` goes on.
-LLAMA_SERVER_BUILD := .cache/llama-server/$(CPU_KEY)$(if $(NO_AMX),,-amx)
-LLAMA_SERVER_BIN := $(LLAMA_SERVER_BUILD)/bin/llama-server
 LLAMA_SERVER_CMAKE_ARGS := -DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)' \
 	-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
 	-DLLAMA_BUILD_TOOLS=ON -DCMAKE_BUILD_TYPE=Release
