@@ -140,7 +140,8 @@ def table(paths: list[Path], relative_to: Path, given_paths: str, draft: str | N
         s = report["settings"]
         work = (f"{s['tasks_per_workload']} tasks per workload, {s['max_new_tokens']} new tokens"
                 if s["tasks_per_workload"] else f"{s['pauses']} pauses")
-        lines.append(f"{mark}`{command(report, folders[min(i, len(folders)) - 1], draft)}` on {report['sources']['files']} files, {work}, "
+        folder = folders[min(i, len(folders)) - 1]
+        lines.append(f"{mark}`{command(report, folder, draft)}` on {report['sources']['files']} files, {work}, "
                      f"{report['model']['dtype']} weights; {machine(report)} ([{Path(link).name}]({link})).")
         lines.append("")
     head = "| " + ("run, " if several else "") + "mode | " + " | ".join(

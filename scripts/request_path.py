@@ -1,10 +1,11 @@
 """How many functions and files one inline request passes through: a profiler hook on one warm
-`suggestions()` call of the language server (the small model in fp32, lookup), counting the
-distinct functions of this project (lambdas and properties included) and their files, on the
-event loop and the model thread alike; then the named functions alone (comprehensions and
-lambdas are read where they stand), all of them, the server's and the engine's. Run from a checkout's root to count that checkout:
+`suggestions()` call of the language server (the small model, lookup; torch fp32 unless --dtype
+gguf), counting the distinct functions of this project (lambdas and properties included) and
+their files, on the event loop and the model thread alike; then the named functions alone
+(comprehensions and lambdas are read where they stand): all, the server's and the engine's.
+Run from a checkout's root to count that checkout:
 
-  PYTHONPATH=. .venv/bin/python scripts/request_path.py [--list]
+  PYTHONPATH=. .venv/bin/python scripts/request_path.py [--list] [--dtype gguf]
 """
 from __future__ import annotations
 

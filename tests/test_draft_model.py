@@ -1,4 +1,5 @@
 """The shipped draft: loads on the target's features and embedding, agrees with it, keeps output exact."""
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ DRAFTING_PAYS = PassCosts([0.0] + [1.0] * 30, draft_cost=0.01)  # seconds: verif
 
 
 @pytest.fixture(scope="module")
-def engine(fp32_engine: Engine):
+def engine(fp32_engine: Engine) -> Iterator[Engine]:
     """The shared fp32 target (conftest.py), which loads the embedded draft. Its pass costs are
     set so that drafting pays: timed on a loaded machine, a draft pass can cost as much as a
     target pass, and the draft-length policy then rightly drafts nothing."""

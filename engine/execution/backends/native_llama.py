@@ -12,8 +12,8 @@ import ctypes
 import os
 import threading
 from collections.abc import Sequence
-from functools import cached_property
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
