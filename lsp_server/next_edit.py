@@ -160,7 +160,9 @@ def keep_layout(window: str, rewrite: str) -> str:
     """The rewrite with the window's own blank lines and trailing whitespace: the model does not
     copy them faithfully, and a change to them alone is no edit worth showing. Lines are matched
     on their text without trailing whitespace, blank lines aside; the window's lines stand where
-    they match, the rewrite's (with the blank lines among them) where they differ."""
+    they match, the rewrite's where they differ: line for line where a changed block keeps its
+    number of lines (the window's blank lines among them stay), else as a block with the
+    rewrite's own blank lines in place of the window's."""
     old, new = window.split("\n"), rewrite.split("\n")
     a = [i for i, line in enumerate(old) if line.strip()]
     b = [j for j, line in enumerate(new) if line.strip()]
@@ -171,10 +173,13 @@ def keep_layout(window: str, rewrite: str) -> str:
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
+        if tag == "replace" and i2 - i1 == j2 - j1:
+            instead.update((a[i1 + k], [new[b[j1 + k]]]) for k in range(i2 - i1))
+            continue
         lines = new[b[j1]:b[j2 - 1] + 1] if j2 > j1 else []
-        if i2 > i1:
+        if i2 > i1:  # the window's lines a[i1]..a[i2 - 1], blank ones among them, give way
             instead[a[i1]] = lines
-            instead.update((a[k], []) for k in range(i1 + 1, i2))
+            instead.update((k, []) for k in range(a[i1] + 1, a[i2 - 1] + 1))
         else:  # inserted right after the window's previous text line
             before[a[i1 - 1] + 1 if i1 > 0 else 0] = lines
     out: list[str] = []

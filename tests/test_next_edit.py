@@ -35,6 +35,12 @@ def test_blank_lines_and_trailing_whitespace_are_the_windows():
     assert keep_layout(window, "x = 1\ny = 2\nw = 0\n\nw += 1\nz = 3") == \
         "x = 1  \n\ny = 2\nw = 0\n\nw += 1\n\n\nz = 3"  # an inserted block keeps its own blank line
     assert keep_layout("a\nb", "a") == "a" and keep_layout("a", "b\na") == "b\na"
+    # A change spanning blank lines: the rewrite's lines, its blank lines among them, replace
+    # the window's, which are not kept twice.
+    spaced = "def f(a):\n    return a\n\n\ndef g(a):\n    return a"
+    renamed = spaced.replace("(a)", "(x)").replace("return a", "return x")
+    assert keep_layout(spaced, renamed) == renamed
+    assert keep_layout(spaced, renamed.replace("\n\n\n", "\n")) == renamed  # its blank lines dropped
 
 
 def test_the_prompt_holds_the_edits_the_window_and_the_answer_start(fp32_engine):
