@@ -25,9 +25,14 @@ from engine.drafters.base import Draft, Drafter
 from engine.healing import Healer
 from engine.api import Request
 from engine.execution.pass_logits import PassLogits
-from engine.sampling import generator as new_generator
 from engine.stats import Stats
 from engine.verification import verify
+
+
+# The random source of a generation: seeded, or fresh when the seed is None (making one takes
+# about 0.1 ms). Its draws are made on the host and passed to the device as numbers, so a seed
+# gives the same output on every backend. Greedy decoding draws nothing: one serves every request.
+_GREEDY = np.random.default_rng(0)
 
 
 @dataclass(frozen=True)
@@ -94,15 +99,12 @@ class _Output:
             elif self.cut is not None:
                 self.stop_reason = "stop"
 
-    def interrupted(self) -> bool:
-        """Cancellation is checked between passes."""
-        if self.request.cancel is not None and self.request.cancel.is_set():
-            self.stop_reason = "cancelled"
-        return bool(self.stop_reason)
-
     @property
     def done(self) -> bool:
-        return bool(self.stop_reason) or self.interrupted()
+        """A stop rule ended the output, or the request was cancelled (checked between passes)."""
+        if not self.stop_reason and self.request.cancel is not None and self.request.cancel.is_set():
+            self.stop_reason = "cancelled"
+        return bool(self.stop_reason)
 
 
 @dataclass
@@ -160,7 +162,8 @@ def _begin(target: Backend, prompt: Sequence[int], request: Request, vocab: Voca
     """The start both loops share: prefill, then heal. Returns the output so far, the current
     token (not yet in the cache) and the random generator."""
     out = _Output(request, vocab, owed)
-    generator = new_generator(request.sampling)
+    sampling = request.sampling
+    generator = _GREEDY if sampling.greedy else np.random.default_rng(sampling.seed)
     current = _prefill(target, prompt, out)
     return out, _heal(target, current, out, generator), generator
 
@@ -215,7 +218,7 @@ def generate_speculative(target: Backend, drafter: Drafter, prompt: Sequence[int
         target.keep(base, [draft.pass_position(i) for i in [-1, *accepted]])
         stats.verify_ms += _ms_since(t)
 
-        stats.count_draft(draft.sources(), accepted, draft.model_choices_tested(accepted))
+        draft.count_in(stats, accepted)
         drafter.observe(draft, accepted, current, pass_seconds)
         out.commit([draft.tokens[i] for i in accepted] + [current])
     return _finish(out, stats, start)

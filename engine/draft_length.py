@@ -232,16 +232,10 @@ class Acceptance:
         r.hits = r.hits * self.memory + hit
         r.expected = r.expected * self.memory + score
 
-    @staticmethod
-    def prior(source: str, bucket: int) -> float:
-        return 1.0 if source == "model" else LOOKUP_PRIORS[bucket % NEWEST]
-
     def factor(self, source: str, bucket: int) -> float:
-        prior = self.prior(source, bucket)
+        prior = 1.0 if source == "model" else LOOKUP_PRIORS[bucket % NEWEST]
         r = self._rates.get((source, bucket))
-        if r is None:
-            return prior
-        return (r.hits + self.strength * prior) / (r.expected + self.strength)
+        return prior if r is None else self._mean(r, prior)
 
     def chance(self, source: str, bucket: int, score: float) -> float:
         """The calibrated chance a tested node with this raw score is accepted."""

@@ -5,7 +5,7 @@ import os
 import threading
 from collections.abc import Sequence
 
-from engine.execution.backends.base import Backend
+from engine.execution.backends.base import Backend, common_prefix
 from engine.execution.calibrate import Calibration, keep, load_or_measure, measure_pass_costs
 from engine.decoding import Vocabulary, generate_autoregressive, generate_speculative
 from engine.draft_length import Acceptance, PassCosts
@@ -177,7 +177,7 @@ class Engine:
 
     def cached_tokens(self, prompt: str | Sequence[int]) -> int:
         """How many of the prompt's first tokens the target's KV cache holds now."""
-        return self.target.cached_prefix(self.prompt_tokens(prompt))
+        return common_prefix(self.target.tokens, self.prompt_tokens(prompt))
 
     def prefill_seconds(self, prompt: str | Sequence[int]) -> float:
         """About how long `complete(prompt)` would spend prefilling, given what is cached."""

@@ -15,15 +15,6 @@ from engine.api import Sampling
 if TYPE_CHECKING:
     import torch
 
-_GREEDY = np.random.default_rng(0)  # greedy decoding draws nothing: one serves every request
-
-
-def generator(s: Sampling) -> np.random.Generator:
-    """The random source of one generation: seeded, or fresh when `s.seed` is None (making one
-    takes about 0.1 ms). Its draws are made on the host and passed to the device as numbers,
-    so a seed gives the same output on every backend."""
-    return _GREEDY if s.greedy else np.random.default_rng(s.seed)
-
 
 def softmax(logits: torch.Tensor | np.ndarray) -> torch.Tensor:
     """float32 softmax over the last axis (-inf logits get probability 0): a 152k vocabulary

@@ -1,7 +1,6 @@
 """Counters for one generation: what was drafted, accepted, and where the time went."""
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 
@@ -30,19 +29,6 @@ class Stats:
     target_ms: float = 0.0  # in the target's passes alone (the device's work, where it waits for it)
     total_ms: float = 0.0
     stop_reason: str = ""
-
-    def count_draft(self, sources: Sequence[str], accepted: Sequence[int],
-                    model_tested: Sequence[int] = ()) -> None:
-        """One verified draft: the source of each node, the nodes the target kept, and the
-        draft model's first choices it tested."""
-        self.model_tested += len(model_tested)
-        self.model_agreed += len(set(model_tested) & set(accepted))
-        self.drafted += len(sources)
-        self.accepted += len(accepted)
-        for source in sources:
-            self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + 1
-        for node in accepted:
-            self.accepted_by_source[sources[node]] = self.accepted_by_source.get(sources[node], 0) + 1
 
     @property
     def acceptance_rate(self) -> float:

@@ -89,7 +89,7 @@ def _std(name: str, c: LlamaConfig) -> float:
     """Scales after gpu_check.py's: logits spread widely (no near-ties to flip under rounding),
     activations stay O(1) through the layers (output projections halved)."""
     kind = name.rsplit(".", 1)[-1]
-    q = c.n_heads * c.dim_per_head
+    q = c.n_heads * c.head_dim
     return {"embed": 1.0, "lm_head": 0.25, "bq": 0.1, "bk": 0.1, "bv": 0.1,
             "wo": 0.5 * q ** -0.5, "w_down": 0.5 * c.intermediate_size ** -0.5}.get(kind, c.hidden_size ** -0.5)
 

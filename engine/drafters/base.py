@@ -10,6 +10,7 @@ import numpy as np
 from engine.execution.backends.base import Backend
 from engine.api import Sampling
 from engine.draft_length import PassCosts
+from engine.stats import Stats
 
 if TYPE_CHECKING:
     import torch
@@ -66,15 +67,20 @@ class Draft:
                      None if self.probs is None else [self.probs[i] for i in nodes],
                      [self.info[i] for i in nodes] if self.info else [])
 
-    def sources(self) -> list[str]:
-        """Each node's source ("unknown" where the drafter did not say)."""
-        return [i.source for i in self.info] if self.info else ["unknown"] * len(self.tokens)
-
-    def model_choices_tested(self, accepted: Sequence[int]) -> list[int]:
-        """The draft model's first choices that the target tested: how often it agrees."""
-        if not self.info:
-            return []
-        return [i for i in self.tested(accepted) if self.info[i].source == "model" and self.info[i].top]
+    def count_in(self, stats: Stats, accepted: Sequence[int]) -> None:
+        """Count this draft, verified, into `stats`: each node by its source ("unknown" where the
+        drafter did not say), the nodes the target kept, and the draft model's first choices
+        the target tested (how often the pair agrees)."""
+        sources = [i.source for i in self.info] if self.info else ["unknown"] * len(self.tokens)
+        model_tested = [i for i in self.tested(accepted) if sources[i] == "model" and self.info[i].top]
+        stats.model_tested += len(model_tested)
+        stats.model_agreed += len(set(model_tested) & set(accepted))
+        stats.drafted += len(sources)
+        stats.accepted += len(accepted)
+        for source in sources:
+            stats.drafted_by_source[source] = stats.drafted_by_source.get(source, 0) + 1
+        for node in accepted:
+            stats.accepted_by_source[sources[node]] = stats.accepted_by_source.get(sources[node], 0) + 1
 
     def tested(self, accepted: Sequence[int]) -> list[int]:
         """The nodes whose chance was really tested: children of the root or of an accepted node."""

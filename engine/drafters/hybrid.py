@@ -66,8 +66,11 @@ class Hybrid:
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 generator: np.random.Generator) -> Draft:
         self._model_chain, self._model_ran = [], False
-        if self._costs_version != self.costs.version:
-            self._follow_costs()
+        if self._costs_version != self.costs.version:  # timed passes corrected the costs: follow them
+            self._costs_version = self.costs.version
+            self.floor = self.costs.least_useful_chance(self.max_nodes)
+            if self.model is not None:
+                self.model.tune(self.costs)
         tree = TokenTree()
         if self.lookup is not None:
             self.lookup.grow(tree, context, k, self.max_nodes, self.floor)
@@ -114,13 +117,6 @@ class Hybrid:
         n, _ = best_prefix([tree.nodes[i].chance for i in path], self.costs, spent)
         chosen = path[:max(n, min(keep, len(path)))]
         return Draft.chain([tree.nodes[i].token for i in chosen], info=[tree.nodes[i].info for i in chosen])
-
-    def _follow_costs(self) -> None:
-        """What derives from the pass costs, after timed passes corrected them."""
-        self._costs_version = self.costs.version
-        self.floor = self.costs.least_useful_chance(self.max_nodes)
-        if self.model is not None:
-            self.model.tune(self.costs)
 
     def _model_pays(self, tree: TokenTree, path: list[int], context: Sequence[int], k: int) -> bool:
         """Would the tree be faster (expected tokens per second, its drafting time included)

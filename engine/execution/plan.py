@@ -32,9 +32,6 @@ class ExecutionPlan:
     def threads_for(self, n: int) -> int | None:
         return self.threads[min(n, len(self.threads) - 1)] if self.threads else None
 
-    def kernel_for(self, logits: bool = True) -> str:
-        return self.decode if logits else self.prefill
-
     def copy(self) -> str | None:
         """The kernel whose resident copy of the matrices the plan reads (at most one: calibration
         chooses among the stored format and one copy), or None."""

@@ -29,14 +29,14 @@ class LlamaConfig:
     rms_eps: float  # epsilon of every norm, RMSNorm or LayerNorm
     max_position: int
     tie_embeddings: bool
-    head_dim: int = 0  # 0: hidden_size // n_heads
+    head_dim: int = 0  # 0 when constructed: hidden_size // n_heads
     family: str = "llama"  # a key of engine.loading.architectures.FAMILIES
     rope_scaling: RopeScaling | None = None
     sliding_window: int | None = None  # attention span; the backend's context never exceeds it
 
-    @property
-    def dim_per_head(self) -> int:
-        return self.head_dim or self.hidden_size // self.n_heads
+    def __post_init__(self) -> None:
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.n_heads)
 
 
 class LazyTensors(Mapping[str, "torch.Tensor"]):
@@ -74,7 +74,7 @@ class LoadedWeights:
 
 def expected_shapes(c: LlamaConfig) -> dict[str, tuple[int, ...]]:
     """canonical name -> shape, for every tensor any family may have."""
-    h, f, hd = c.hidden_size, c.intermediate_size, c.dim_per_head
+    h, f, hd = c.hidden_size, c.intermediate_size, c.head_dim
     q, kv = c.n_heads * hd, c.n_kv_heads * hd
     per_layer = {"attn_norm": (h,), "attn_norm_bias": (h,), "ffn_norm": (h,), "ffn_norm_bias": (h,),
                  "wq": (q, h), "wk": (kv, h), "wv": (kv, h), "wo": (h, q),

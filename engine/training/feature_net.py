@@ -37,7 +37,7 @@ class FeatureDraftNet(nn.Module):
         self.params["fc"] = nn.Parameter(fc.weight.detach().clone())
         self.params["fc_bias"] = nn.Parameter(fc.bias.detach().clone())
         self.params["norm"] = nn.Parameter(target_tensors["norm"].float().clone())
-        hd = config.dim_per_head
+        hd = config.head_dim
         self.inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
 
     def forward(self, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
@@ -45,7 +45,7 @@ class FeatureDraftNet(nn.Module):
         f_1..f_T [B, T, H] (normed, what the head sees)."""
         c, p = self.config, self.params
         b, t, _ = features.shape
-        hd, nh, nkv = c.dim_per_head, c.n_heads, c.n_kv_heads
+        hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
         angles = torch.outer(torch.arange(t, dtype=torch.float32), self.inv_freq)
         angles = torch.cat([angles, angles], -1)
         cos, sin = angles.cos(), angles.sin()

@@ -158,17 +158,13 @@ class Backend(ABC):
         if cache != 0:
             raise NotImplementedError(f"{type(self).__name__} keeps one KV cache")
 
-    def cached_prefix(self, prompt: Sequence[int]) -> int:
-        """How many of `prompt`'s first tokens the cache already holds."""
-        return common_prefix(self.tokens, prompt)
-
     def sync(self, prompt: Sequence[int], cancel: threading.Event | None = None) -> int:
         """Make the cache hold exactly `prompt`, reusing the longest common prefix.
 
         Returns how many positions were reused (the rest were prefilled). When `cancel` is set
         the prefill stops after the chunk in flight (or within it: `prefill_pass`); the cache then
         holds a prefix of `prompt`. Without `cancel` it runs in the widest chunks."""
-        common = self.cached_prefix(prompt)
+        common = common_prefix(self.tokens, prompt)
         self.truncate(common)
         rest = list(prompt[common:])
         while rest:

@@ -71,7 +71,7 @@ class NativeLlama(ArrayCache):
                               BlockMatrix.cat([t[f"layers.{i}.w_gate"], t[f"layers.{i}.w_up"]]),
                               t[f"layers.{i}.w_down"])
                        for i in range(c.n_layers)]
-        shape = (c.n_layers, c.n_kv_heads, self.max_len, c.dim_per_head)
+        shape = (c.n_layers, c.n_kv_heads, self.max_len, c.head_dim)
         # bf16 bits; empty, not zeros: only positions written are read, and untouched pages cost
         # no memory
         self.k_cache = np.empty(shape, dtype=np.uint16)
@@ -178,7 +178,7 @@ class NativeLlama(ArrayCache):
             raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
         pos, local = pass_positions(start, n, parents)
         threads = self.plan.threads_for(n) or self.threads
-        ran = self.native.forward(self.embed_tokens(tokens), start, pos, local, logits, threads, stop,
+        ran = self.native.forward(self.native.embed(self.embed, tokens), start, pos, local, logits, threads, stop,
                                   states=self.features is not None)
         if ran is None:
             raise _Stopped

@@ -115,7 +115,7 @@ class TorchLlama(TensorPasses, ArrayCache):
         # called: a feature-conditioned draft (engine/drafters/feature_draft.py) reads them.
         self.features: torch.Tensor | None = None
         self._load_tensors(weights.tensors, quant, head_rows)
-        hd = c.dim_per_head
+        hd = c.head_dim
         shape = (c.n_layers, c.n_kv_heads, self.max_len, hd)
         # empty, not zeros: only positions written are read, and untouched pages cost no memory
         self.k_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
@@ -267,7 +267,7 @@ class TorchLlama(TensorPasses, ArrayCache):
             raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
         if (threads := self.plan.threads_for(n)) is not None:
             torch.set_num_threads(threads)
-        kernel = self.plan.kernel_for(logits)
+        kernel = self.plan.decode if logits else self.plan.prefill
         if kernel == STORED and self.native is not None:  # returns the final normed states
             pos, local = pass_positions(start, n, parents)
             x, out = self.native.forward(x, start, pos, local, logits, torch.get_num_threads(),
@@ -345,7 +345,8 @@ class TorchLlama(TensorPasses, ArrayCache):
         """Run the first `count` layers over x [n, hidden] at cache positions start..start+n,
         writing their keys and values; returns the last hidden state (in the kernel's dtype)."""
         c, dev, n = self.config, self.device, len(x)
-        pos, local = self._positions(start, n, parents)
+        pos, local = pass_positions(start, n, parents)
+        pos, local = torch.from_numpy(pos).to(dev), torch.from_numpy(local).to(dev)
         dtype = compute_dtype(kernel, self.dtype)
         # The mask as a bias added to the attention scores (0 or -inf), made once per pass;
         # it sees all of the cache, and one-token passes get an all-zero one, so that every
@@ -358,7 +359,7 @@ class TorchLlama(TensorPasses, ArrayCache):
         dequantize = kernel != STORED and layers is self.layers
         x = x.to(dtype)
         cos, sin = self.cos[pos].to(dtype), self.sin[pos].to(dtype)
-        hd, nh, nkv = c.dim_per_head, c.n_heads, c.n_kv_heads
+        hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
         kind, eps = self.family.norm, c.rms_eps
         end = start + n
         for i, layer in enumerate(layers[:count]):
@@ -377,11 +378,6 @@ class TorchLlama(TensorPasses, ArrayCache):
             h = norm(x, layer.ffn_norm, layer.ffn_norm_bias, eps, kind)
             x = x + linear(self._mlp_hidden(h, layer, dequantize), layer.w_down, layer.b_down, dequantize)
         return x
-
-    def _positions(self, start: int, n: int, parents: Sequence[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """pass_positions as tensors on the model's device."""
-        pos, local = pass_positions(start, n, parents)
-        return torch.from_numpy(pos).to(self.device), torch.from_numpy(local).to(self.device)
 
     def _mlp_hidden(self, h: torch.Tensor, layer: _Layer, dequantize: bool) -> torch.Tensor:
         if self.family.mlp == "gelu":

@@ -184,7 +184,7 @@ def computes(c: LlamaConfig, names: set[str]) -> bool:
         return False
     if any(name.rpartition(".")[2] not in _COMPUTED for name in names):
         return False
-    return (c.dim_per_head % 16 == 0 and c.dim_per_head <= 256 and c.n_heads % c.n_kv_heads == 0
+    return (c.head_dim % 16 == 0 and c.head_dim <= 256 and c.n_heads % c.n_kv_heads == 0
             and c.n_heads // c.n_kv_heads <= 8 and c.hidden_size % 32 == 0 and c.intermediate_size % 32 == 0)
 
 
@@ -293,14 +293,14 @@ class NativeDecoder:
         self.lib = lib
         self.build = Path(lib._name).stem  # the library's key: its sources, compiler and CPU
         # float32 tables, not the model's (bf16 for the torch kernels)
-        self.cos, self.sin = rope_tables(model.max_len, c.dim_per_head, c.rope_theta, c.rope_scaling)
+        self.cos, self.sin = rope_tables(model.max_len, c.head_dim, c.rope_theta, c.rope_scaling)
         self._vectors: list[np.ndarray] = []  # float32 norms and biases, kept alive here
         self._copied = 0  # bytes of them that are copies
         self._layers = (_Layer * len(model.layers))(*[
             _Layer(self._vector(layer.attn_norm), self._vector(layer.ffn_norm), self._vector(layer.bqkv),
                    *(c_matrix(getattr(layer, m)) for m in ("wqkv", "wo", "w_gate_up", "w_down")))
             for layer in model.layers])
-        self._struct = _Model(c.n_layers, c.hidden_size, c.n_heads, c.n_kv_heads, c.dim_per_head,
+        self._struct = _Model(c.n_layers, c.hidden_size, c.n_heads, c.n_kv_heads, c.head_dim,
                               model.layers[0].w_down.shape[1], model.max_len, int(model.rotary_pairs), c.rms_eps,
                               self._layers, self._vector(model.norm), c_matrix(model.head),
                               _pointer(model.k_cache), _pointer(model.v_cache), _pointer(self.cos),
