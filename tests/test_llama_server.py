@@ -65,6 +65,19 @@ def test_its_speculation_needs_a_draft_file(binary, model, monkeypatch):
         check_peer("llama-server-spec", model, None)
 
 
+def test_its_speculation_runs_with_a_draft_given_by_name(binary, tmp_path):
+    """`--draft NAME` as for the engine's own modes: the peer is given the named model's file."""
+    (tmp_path / "textwrap.py").write_text(stdlib_text("textwrap.py"))
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main(["bench", str(tmp_path), "--model", SMALL, "--draft", SMALL, "--threads", "2", "--tasks", "1",
+                   "--max-new-tokens", "8", "--workload", "fresh", "--modes", "ar,llama-server-spec",
+                   "--json", str(tmp_path / "bench.json")])
+    assert rc == 0, err.getvalue()
+    modes = json.loads((tmp_path / "bench.json").read_text())["workloads"]["fresh"]["modes"]
+    assert modes["llama-server-spec"]["mean_new_tokens"] > 0
+
+
 def _replay(tmp_path: Path, model: str, pauses: int) -> tuple[dict, str, str]:
     """`bench --pauses` on textwrap.py: its JSON's pauses, stdout and stderr."""
     (tmp_path / "textwrap.py").write_text(stdlib_text("textwrap.py"))

@@ -103,7 +103,7 @@ def _requested_modes(args: argparse.Namespace) -> tuple[list[str], bool]:
 
 def _available_modes(args: argparse.Namespace, model_path: Path | None) -> list[str]:
     modes, named = _requested_modes(args)
-    draft = Path(args.draft) if args.draft else None
+    draft = _draft_path(args)
     kept = []
     for mode in modes:
         try:
@@ -150,6 +150,16 @@ def _model_path(args: argparse.Namespace) -> Path | None:
     from engine.models import resolve
 
     return resolve(args.model)
+
+
+def _draft_path(args: argparse.Namespace) -> Path | None:
+    """The draft model file or folder the peers load: --draft as a path or a known name (None
+    without one, and for `embedded`, which lives in the engine)."""
+    if not args.draft or args.draft == "embedded":
+        return None
+    from engine.models import resolve
+
+    return resolve(args.draft)
 
 
 def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> dict:
@@ -208,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         if peers and tasks:
             from engine.models import torch_dtype
 
-            contenders += load_peers(peers, model_path, Path(args.draft) if args.draft else None,
+            contenders += load_peers(peers, model_path, _draft_path(args),
                                      torch_dtype(described["dtype"]), frozenset(engine.tokenizer.eos_ids),
                                      engine.tokenizer.decode)
     except EngineError as exc:
