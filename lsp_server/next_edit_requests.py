@@ -40,15 +40,15 @@ class Ask:
     version: int
 
 
-def _field(obj: object, name: str) -> object:
+def json_field(obj: object, name: str) -> object:
     """A field of a JSON object as pygls hands it over (a namedtuple of its fields) or as a dict."""
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
 def parse(params: object) -> Ask:
     """The request's params, or JsonRpcInvalidParams saying what is wrong."""
-    uri = _field(_field(params, "textDocument"), "uri")
-    line, version = _field(_field(params, "position"), "line"), _field(params, "version")
+    uri = json_field(json_field(params, "textDocument"), "uri")
+    line, version = json_field(json_field(params, "position"), "line"), json_field(params, "version")
     if not isinstance(uri, str) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (line, version)):
         raise JsonRpcInvalidParams('expected {"textDocument": {"uri": string}, "position": {"line": integer >= 0, '
                                    '"character"}, "version": integer >= 0}')

@@ -58,6 +58,11 @@ class Scheduler:
         """How many requests for `key` have arrived (to tell whether typing paused)."""
         return self._arrivals.get(key, 0)
 
+    def busy(self, key: str) -> bool:
+        """Whether a request's job for `key` is running (background work does not count)."""
+        live = self._live.get(key)
+        return live is not None and not live.background and not live.cancel.is_set()
+
     def submit(self, key: str, spot: Hashable, fn: Callable[[Job], Any],
                background: bool = False) -> tuple[Job, bool]:
         """The live job for `key` at `spot` (joined), or a new job running `fn(job)` on the

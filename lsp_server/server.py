@@ -21,7 +21,7 @@ from lsp_server.context import Cursor
 from lsp_server.documents import Documents
 from lsp_server.engines import open_engine
 from lsp_server.metrics import Metrics
-from lsp_server.next_edit_requests import NEXT_EDIT, NextEdits, parse as parse_next_edit
+from lsp_server.next_edit_requests import NEXT_EDIT, NextEdits, json_field, parse as parse_next_edit
 from lsp_server.protocol import AnsweringProtocol
 from lsp_server.scheduler import Job, Scheduler, Superseded
 from lsp_server.options import Settings, merge, model_settings
@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 STATUS = "draftline/status"
 SUGGESTION_READY = "draftline/suggestionReady"  # {uri, position}: ask again there
+# From our clients: {textDocument: {uri}, position}, where the cursor came to rest (editors send
+# no position with didOpen or didChange).
+CURSOR = "draftline/cursor"
 INDEX_DELAY_S = 0.5  # re-index a changed document once typing pauses
 EXTEND_IDLE_S = 0.25  # prefill a shortened prompt's full window after this long without requests
 ALTERNATIVE = Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=0)  # for invoked requests
@@ -208,7 +211,29 @@ class DraftlineServer(LanguageServer):
             self.metrics.accepted_tokens += run.stats.accepted
         self.typed.remember(uri, cursor.prefix, cursor.suffix, runs[0].text)
         if runs[0].full_prompt is not None:
+            self.metrics.cold_windows += 1
             self._extend_later(uri, runs[0].full_prompt)
+
+    def prefetch(self, uri: str, line: int) -> None:
+        """The cursor rests on `line`: prefill the full window at its end in the background, so
+        that the first request there, or on a new line below it, finds the prompt cached rather
+        than getting a cold window. Any request cancels it within a layer; a suggestion still
+        being written for the document is left alone."""
+        doc, suggester, settings = self.documents.get(uri), self.suggester, self.settings
+        lines = doc.text.split("\n") if doc is not None else []
+        if suggester is None or not line < len(lines) or self.scheduler.busy(uri):
+            return
+        plan = plan_at(uri, doc.text, line, len(lines[line].encode("utf-16-le")) // 2, settings, doc.name)
+        if plan is None:
+            return
+        job, created = self.scheduler.submit(uri, ("prefetch", plan.cursor.prefix),
+                                             lambda job: suggester.prefill(plan, settings, job.cancel), background=True)
+        if created:
+            job.future.add_done_callback(self._prefetched)
+
+    def _prefetched(self, done: asyncio.Future) -> None:
+        if not done.cancelled() and done.exception() is None and done.result():
+            self.metrics.prefetched += 1
 
     def _extend_later(self, uri: str, prompt: str | list[int]) -> None:
         arrivals, engine = self.scheduler.arrivals(uri), self.engine
@@ -278,6 +303,15 @@ def did_change(ls: DraftlineServer, params: types.DidChangeTextDocumentParams) -
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: DraftlineServer, params: types.DidCloseTextDocumentParams) -> None:
     ls.close_document(params.text_document.uri)
+
+
+@server.feature(CURSOR)
+def cursor_rests(ls: DraftlineServer, params: object) -> None:
+    uri, line = json_field(json_field(params, "textDocument"), "uri"), json_field(json_field(params, "position"), "line")
+    if not isinstance(uri, str) or isinstance(line, bool) or not isinstance(line, int) or line < 0:
+        log.warning("%s: expected {\"textDocument\": {\"uri\": string}, \"position\": {\"line\": integer >= 0}}", CURSOR)
+        return
+    ls.prefetch(uri, line)
 
 
 @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())

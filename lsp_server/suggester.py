@@ -126,6 +126,14 @@ class Suggester:
         warm = warm_start(full, engine.cached_tokens(full), cursor, engine.tokenizer, fits)
         return (cold_prompt(cursor, engine.tokenizer, fits) if warm is None else warm), full
 
+    def prefill(self, plan: Plan, settings: Settings, cancel: threading.Event) -> bool:
+        """Prefill the full window's prompt for `plan` ahead of a request (call on the model
+        thread), so that the request finds it cached instead of getting a cold window. False
+        where `cancel` stopped it first."""
+        prompt, full = self.prompt_for(plan.cursor, self.context_for(plan, settings), plan.path)
+        self.engine.prefill(self.engine.prompt_tokens(full or prompt), cancel)
+        return not cancel.is_set()
+
     def generate(self, plan: Plan, settings: Settings, cancel: threading.Event, sampling: Sampling = Sampling(),
                  on_prefilled: Callable[[], None] | None = None) -> Suggestion:
         """Run the model for `plan` with `settings` (call on the model thread) and clean its text."""

@@ -5,7 +5,9 @@ line the file really has there.
 
 A spot is a line of the file cut after its first "(" (else in its middle); the document sent
 is the file with the rest of that line removed. `--pause` seconds pass between spots (the
-server prefills the full window in the background once typing pauses).
+server prefills the full window in the background once typing pauses). With `--rest S` the
+line is first missing, the cursor rests on the line above for S seconds (the client sends
+`draftline/cursor`, as both plugins do), then the line's start is written and the request comes.
 
   .venv/bin/python scripts/cold_open.py /usr/lib/python3.11/json/encoder.py --spots 200,120,300
 """
@@ -29,6 +31,7 @@ def main() -> int:
     ap.add_argument("file", type=Path)
     ap.add_argument("--spots", default="200", help="0-based lines, comma-separated")
     ap.add_argument("--pause", type=float, default=0.0, help="seconds between spots")
+    ap.add_argument("--rest", type=float, help="seconds the cursor rests on the line above each spot first")
     ap.add_argument("--option", action="append", default=[], type=setting, metavar="KEY=JSON",
                     help="a server setting, e.g. --option dtype='\"bf16\"'")
     args = ap.parse_args()
@@ -48,14 +51,20 @@ def main() -> int:
     for version, spot in enumerate(int(s) for s in args.spots.split(",")):
         col = cut(lines[spot])
         text = "\n".join(lines[:spot] + [lines[spot][:col]] + lines[spot + 1:])
-        if version == 0:
-            client.send({"method": "textDocument/didOpen", "params": {"textDocument": {
-                "uri": uri, "languageId": "python", "version": 1, "text": text}}})
-        else:
-            time.sleep(args.pause)
-            client.send({"method": "textDocument/didChange", "params": {
-                "textDocument": {"uri": uri, "version": version + 1},
-                "contentChanges": [{"text": text}]}})
+        texts = [text] if args.rest is None else ["\n".join(lines[:spot] + lines[spot + 1:]), text]
+        for i, sent in enumerate(texts):
+            if version == 0 and i == 0:
+                client.send({"method": "textDocument/didOpen", "params": {"textDocument": {
+                    "uri": uri, "languageId": "python", "version": 1, "text": sent}}})
+            else:
+                time.sleep(args.pause if i == 0 else 0)
+                client.send({"method": "textDocument/didChange", "params": {
+                    "textDocument": {"uri": uri, "version": 2 * version + i + 2},
+                    "contentChanges": [{"text": sent}]}})
+            if i == 0 and args.rest is not None:
+                client.send({"method": "draftline/cursor", "params": {
+                    "textDocument": {"uri": uri}, "position": {"line": spot - 1, "character": 0}}})
+                time.sleep(args.rest)
         msg_id += 1
         asked = time.perf_counter()
         reply = client.request(msg_id, "textDocument/inlineCompletion", {

@@ -23,7 +23,8 @@ from engine.execution.plan import STORED, ExecutionPlan
 from engine.execution.kernels import Int8Weight
 from engine.loading.user_cache import content_key, write_atomically
 from lsp_server.documents import Documents
-from lsp_server.suggester import COLD_PREFILL_S, Suggester
+from lsp_server.options import Settings
+from lsp_server.suggester import COLD_PREFILL_S, Suggester, plan as plan_at
 from lsp_server.context import Cursor
 from tests import gguf_files
 from tests.code_samples import stdlib_text
@@ -344,6 +345,30 @@ def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_e
     # Once the full window is cached (the background extension), it is used.
     engine.prefill(engine.prompt_tokens(full))
     assert suggester.prompt_for(cursor, []) == (full, None)
+
+
+def test_a_window_prefilled_where_the_cursor_rests_serves_the_first_request_below_it(fp32_engine, monkeypatch):
+    """draftline/cursor: the full window at the end of the line where the cursor rests is
+    prefilled ahead (Suggester.prefill), so the first request on a new line below it gets the
+    full window, where a cold cache gets a shortened one."""
+    engine = fp32_engine
+    monkeypatch.setattr(engine, "calibration", dataclasses.replace(engine.calibration, prefill_tokens_per_s=150.0))
+    monkeypatch.setattr(engine.target, "prefilled", (0, 0.0))  # no rate measured yet: calibration's
+    text = stdlib_text("textwrap.py")
+    written = text[:text.index("\ndef dedent(")]  # a file being written, its cursor on the last line
+    settings = Settings()
+    suggester = Suggester(engine, Documents())
+    below = Cursor(written + "\ndef dedent(", "")
+    engine.forget_cache()
+    assert suggester.prompt_for(below, [])[1] is not None  # cold: a shortened window
+    lines = written.split("\n")
+    rests = plan_at("file:///textwrap.py", written, len(lines) - 1, len(lines[-1]), settings)
+    assert suggester.prefill(rests, settings, threading.Event())
+    prompt, full = suggester.prompt_for(below, [])
+    assert full is None and engine.prefill_seconds(prompt) <= COLD_PREFILL_S
+    cancelled = threading.Event()
+    cancelled.set()
+    assert not suggester.prefill(rests, settings, cancelled)
 
 
 def test_an_unusable_cache_directory_costs_time_not_the_model(tmp_path, monkeypatch):

@@ -79,3 +79,9 @@ def test_plugin_sends_only_the_users_settings(version: str) -> None:
 def test_a_suggestion_cut_by_the_time_budget_is_shown_when_ready(version: str) -> None:
     """draftline/suggestionReady: the plugin asks again at the unmoved cursor."""
     _run(version, "-u", "NONE", "-i", "NONE", "-c", f"luafile {REPO / 'tests' / 'editors' / 'nvim_ready_test.lua'}")
+
+
+@pytest.mark.parametrize("version", ["0.12", "0.11"])
+def test_the_window_where_the_cursor_rests_is_prefilled(version: str) -> None:
+    """draftline/cursor: the plugin says where the cursor came to rest; the server prefills there."""
+    _run(version, "-u", "NONE", "-i", "NONE", "-c", f"luafile {REPO / 'tests' / 'editors' / 'nvim_rest_test.lua'}")

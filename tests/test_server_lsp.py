@@ -225,6 +225,25 @@ async def test_budget_never_shows_a_fragment_and_finishes_in_background(client: 
     assert whole is not None and whole.items[0].insert_text == unhurried.items[0].insert_text
 
 
+async def test_a_resting_cursor_prefills_its_window_and_bad_params_are_ignored(client: LanguageClient):
+    """draftline/cursor (our clients: where the cursor came to rest) prefills the window at the
+    end of that line in the background; malformed params are logged, and the server serves on."""
+    text = "import math\n\n\ndef area(r):\n    return math.pi * r * r\n"
+    uri = open_doc(client, "rest.py", text)
+    before = await stats(client)
+    client.protocol.notify("draftline/cursor", {"textDocument": {"uri": uri}, "position": {"line": -1}})
+    client.protocol.notify("draftline/cursor", {"position": {"line": 0}})
+    client.protocol.notify("draftline/cursor", {"textDocument": {"uri": uri}, "position": {"line": 4, "character": 0}})
+    for _ in range(300):
+        if (await stats(client))["prefetched"] > before["prefetched"]:
+            break
+        await asyncio.sleep(0.1)
+    after = await stats(client)
+    close_doc(client, uri)
+    assert after["prefetched"] == before["prefetched"] + 1  # the two malformed ones did nothing
+    assert after["requests"] == before["requests"]  # a notification, not a request
+
+
 async def test_cli_complete_prints_what_the_editor_gets(client: LanguageClient):
     """`lsp_server complete` takes the server's suggestion path: same prompt, stop rule and
     clean-up, so it prints the text the server answers an editor with."""

@@ -6,6 +6,7 @@ import { LanguageClient, State } from 'vscode-languageclient/node';
 import { createClient, sendSettings, serverCommand } from './client';
 import { ServerSettings, readLanguages, readServerSettings, serverPathFromSettings } from './settings';
 import { NextEdits } from './nextEdit';
+import { CursorRest } from './rest';
 import { Stats, formatStats } from './stats';
 import { ServerStatus, StatusBar } from './status';
 
@@ -27,6 +28,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<Draftl
     vscode.commands.registerCommand('draftline.showStats', showStats),
     vscode.workspace.onDidChangeConfiguration(onDidChangeConfiguration),
     new NextEdits(() => client),
+    new CursorRest(() => client),
   );
   await startClient();
   return { client: () => client, status: () => bar.status };

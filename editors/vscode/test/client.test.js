@@ -95,6 +95,16 @@ test('an opened document gets an inline completion, the same text the server sen
   assert.equal(afterAccept.accepted, before.accepted + 1);
 });
 
+test('where the cursor rests on a new line, the server prefills the window there', async () => {
+  const doc = fake.openDocument(path.join(REPO, 'scratch_vscode_rest.py'), 'python',
+    'import math\n\n\ndef circle_area(radius):\n    return math.pi * radius ** 2\n\n\ndef square_area(side):\n    return side * side\n');
+  for (const line of [4, 8]) {
+    const before = await stats();
+    fake.moveCursor(doc, new vscode.Position(line, 0));
+    await waitForStats(`the window at line ${line} to be prefilled`, (s) => s.prefetched > before.prefetched);
+  }
+});
+
 test('the completion-menu fallback never reaches the server (inline completion covers it)', async () => {
   const doc = fake.openDocument(path.join(REPO, 'scratch_vscode_menu.py'), 'python', 'import sys\n\nsys.')
   const menu = fake.state.completionProviders.find((e) => vscode.languages.match(e.selector, doc));

@@ -2,6 +2,7 @@
 -- shows its inline completions (native on 0.12+, extmark ghost text on 0.11).
 local config = require('draftline.config')
 local next_edit = require('draftline.next_edit')
+local rest = require('draftline.rest')
 local M = {}
 
 ---@type { state: string, message?: string, lastLatencyMs?: number, acceptanceRate?: number }?
@@ -135,6 +136,7 @@ function M.setup(opts)
       if c and c.name == 'draftline' then
         impl.attach(args.buf, c.id, cfg.debounce_ms)
         next_edit.attach(args.buf, c.id, cfg.next_edit.delay_ms)
+        rest.attach(args.buf, c.id, cfg.rest_ms)
       end
     end,
   })

@@ -101,6 +101,7 @@ const onDidChangeConfiguration = new EventEmitter();
 const onDidOpenTextDocument = new EventEmitter();
 const onDidCloseTextDocument = new EventEmitter();
 const onDidChangeTextDocument = new EventEmitter();
+const onDidChangeTextEditorSelection = new EventEmitter();
 const noEvent = new EventEmitter().event;
 
 const workspace = {
@@ -149,6 +150,7 @@ const window = {
   visibleTextEditors: [],
   onDidChangeVisibleTextEditors: noEvent,
   onDidChangeActiveTextEditor: noEvent,
+  onDidChangeTextEditorSelection: onDidChangeTextEditorSelection.event,
   createOutputChannel: outputChannel,
   createStatusBarItem(alignment, priority) {
     const item = { alignment, priority, text: '', tooltips: [], command: undefined, visible: false, show() { this.visible = true; }, hide() { this.visible = false; }, dispose() {},
@@ -212,6 +214,12 @@ const __test = {
     }
     const keys = Object.keys(values);
     onDidChangeConfiguration.fire({ affectsConfiguration: (s) => keys.some((k) => k === s || k.startsWith(`${s}.`)) });
+  },
+  /** The user puts the cursor at `position` of `doc`'s editor, which becomes the active one. */
+  moveCursor(doc, position) {
+    const editor = { document: doc, selection: { active: position, anchor: position }, selections: [] };
+    window.activeTextEditor = editor;
+    onDidChangeTextEditorSelection.fire({ textEditor: editor, selections: [editor.selection], kind: 2 });
   },
   inlineProviderFor(doc) { return state.inlineProviders.find((e) => matches(e.selector, doc))?.provider; },
 };

@@ -1,0 +1,51 @@
+-- Where the cursor comes to rest (in normal mode, on opening or entering a buffer), the server
+-- is told (`draftline/cursor`): it prefills the window there in the background, so the first
+-- suggestion at a new spot sees the whole window instead of a cold one. Editors send no cursor
+-- with didOpen or didChange; while typing, the inline requests themselves say where it is.
+local M = {}
+
+---@type table<integer, uv.uv_timer_t>
+local timers = {}
+---@type table<integer, integer>
+local sent = {} -- bufnr -> the line last sent
+
+local function send(bufnr, client_id)
+  local client = vim.lsp.get_client_by_id(client_id)
+  if not client or bufnr ~= vim.api.nvim_get_current_buf() or vim.api.nvim_get_mode().mode:match('^i') then
+    return
+  end
+  local line = vim.api.nvim_win_get_cursor(0)[1] - 1
+  if sent[bufnr] == line then
+    return
+  end
+  sent[bufnr] = line
+  client:notify('draftline/cursor', { textDocument = { uri = vim.uri_from_bufnr(bufnr) },
+                                      position = { line = line, character = 0 } })
+end
+
+--- Watch `bufnr`: once the cursor has stayed on a new line for `delay_ms`, tell the server.
+function M.attach(bufnr, client_id, delay_ms)
+  local function later()
+    local timer = timers[bufnr] or vim.uv.new_timer()
+    timers[bufnr] = timer
+    timer:stop()
+    timer:start(delay_ms, 0, vim.schedule_wrap(function() send(bufnr, client_id) end))
+  end
+  vim.api.nvim_create_autocmd({ 'CursorMoved', 'BufEnter' }, {
+    group = vim.api.nvim_create_augroup('draftline_rest_' .. bufnr, { clear = true }),
+    buffer = bufnr,
+    callback = later,
+  })
+  vim.api.nvim_buf_attach(bufnr, false, {
+    on_detach = function()
+      if timers[bufnr] then
+        timers[bufnr]:close()
+        timers[bufnr] = nil
+      end
+      sent[bufnr] = nil
+    end,
+  })
+  later() -- where the cursor is as the server attaches: a file just opened
+end
+
+return M
