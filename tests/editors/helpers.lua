@@ -97,4 +97,19 @@ function M.run(fn, timeout_ms)
   assert(coroutine.resume(co))
 end
 
+--- The plugin from this checkout, set up on the small model's server with `settings`.
+function M.start_plugin(repo, settings)
+  vim.opt.runtimepath:prepend(repo .. '/editors/nvim')
+  vim.opt.swapfile = false
+  vim.cmd('filetype on')
+  local draftline = require('draftline')
+  draftline.setup({
+    cmd = { repo .. '/.venv/bin/lsp_server', '--stdio', '--model', 'smollm2-135m' },
+    filetypes = { 'python' },
+    force_fallback = os.getenv('DRAFTLINE_FALLBACK') == '1',
+    settings = settings,
+  })
+  return draftline
+end
+
 return M

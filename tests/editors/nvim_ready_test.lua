@@ -3,18 +3,9 @@
 -- draftline/suggestionReady when it is done, the plugin asks again at the unmoved cursor, and
 -- the ghost text comes from what the cut generation wrote. Exit code 0 = pass.
 local repo = vim.fs.dirname(vim.fs.dirname(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2))))
-vim.opt.runtimepath:prepend(repo .. '/editors/nvim')
-vim.opt.swapfile = false
-vim.cmd('filetype on')
-local draftline = require('draftline')
-draftline.setup({
-  cmd = { repo .. '/.venv/bin/lsp_server', '--stdio', '--model', 'smollm2-135m' },
-  filetypes = { 'python' },
-  force_fallback = os.getenv('DRAFTLINE_FALLBACK') == '1',
-  settings = { maxTokens = 24, timeBudgetMs = 1, dtype = 'fp32' },
-})
-local TIMEOUT_MS = 150000
 local h = dofile(repo .. '/tests/editors/helpers.lua')
+local draftline = h.start_plugin(repo, { maxTokens = 24, timeBudgetMs = 1, dtype = 'fp32' })
+local TIMEOUT_MS = 150000
 
 h.run(function()
   vim.cmd.edit(vim.fn.tempname() .. '.py')

@@ -2,18 +2,9 @@
 -- the server (draftline/cursor), which prefills the window there (its `prefetched` count grows).
 -- Exit code 0 = pass.
 local repo = vim.fs.dirname(vim.fs.dirname(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2))))
-vim.opt.runtimepath:prepend(repo .. '/editors/nvim')
-vim.opt.swapfile = false
-vim.cmd('filetype on')
-local draftline = require('draftline')
-draftline.setup({
-  cmd = { repo .. '/.venv/bin/lsp_server', '--stdio', '--model', 'smollm2-135m' },
-  filetypes = { 'python' },
-  force_fallback = os.getenv('DRAFTLINE_FALLBACK') == '1',
-  settings = { dtype = 'fp32' },
-})
-local TIMEOUT_MS = 150000
 local h = dofile(repo .. '/tests/editors/helpers.lua')
+local draftline = h.start_plugin(repo, { dtype = 'fp32' })
+local TIMEOUT_MS = 150000
 
 h.run(function()
   vim.cmd.edit(vim.fn.tempname() .. '.py')

@@ -3,13 +3,12 @@
 -- as virtual lines below it (inline ghost text when it only inserts on one line). Tab jumps to
 -- it and makes it; Esc or any change to the buffer dismisses it. An edit is only shown and
 -- made for the buffer version it was computed for.
+local debounce = require('draftline.debounce')
 local M = {}
 
 local ns = vim.api.nvim_create_namespace('draftline_next_edit')
 ---@type table<integer, { edit: table, version: integer, client_id: integer }>
 local shown = {}
----@type table<integer, uv.uv_timer_t>
-local timers = {}
 
 local function version_of(bufnr)
   return vim.lsp.util.buf_versions[bufnr]
@@ -97,24 +96,14 @@ end
 --- Watch `bufnr`: each change dismisses the preview and, after `delay_ms` without another,
 --- asks for the next edit.
 function M.attach(bufnr, client_id, delay_ms)
+  local later = debounce.per_buffer(bufnr, delay_ms, function() M.request(bufnr, client_id) end,
+    function() shown[bufnr] = nil end)
   vim.api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI' }, {
     group = vim.api.nvim_create_augroup('draftline_next_edit_' .. bufnr, { clear = true }),
     buffer = bufnr,
     callback = function()
       M.dismiss(bufnr)
-      local timer = timers[bufnr] or vim.uv.new_timer()
-      timers[bufnr] = timer
-      timer:stop()
-      timer:start(delay_ms, 0, vim.schedule_wrap(function() M.request(bufnr, client_id) end))
-    end,
-  })
-  vim.api.nvim_buf_attach(bufnr, false, {
-    on_detach = function()
-      if timers[bufnr] then
-        timers[bufnr]:close()
-        timers[bufnr] = nil
-      end
-      shown[bufnr] = nil
+      later()
     end,
   })
 end

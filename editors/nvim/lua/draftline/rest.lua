@@ -2,10 +2,9 @@
 -- is told (`draftline/cursor`): it prefills the window there in the background, so the first
 -- suggestion at a new spot sees the whole window instead of a cold one. Editors send no cursor
 -- with didOpen or didChange; while typing, the inline requests themselves say where it is.
+local debounce = require('draftline.debounce')
 local M = {}
 
----@type table<integer, uv.uv_timer_t>
-local timers = {}
 ---@type table<integer, integer>
 local sent = {} -- bufnr -> the line last sent
 
@@ -25,25 +24,12 @@ end
 
 --- Watch `bufnr`: once the cursor has stayed on a new line for `delay_ms`, tell the server.
 function M.attach(bufnr, client_id, delay_ms)
-  local function later()
-    local timer = timers[bufnr] or vim.uv.new_timer()
-    timers[bufnr] = timer
-    timer:stop()
-    timer:start(delay_ms, 0, vim.schedule_wrap(function() send(bufnr, client_id) end))
-  end
+  local later = debounce.per_buffer(bufnr, delay_ms, function() send(bufnr, client_id) end,
+    function() sent[bufnr] = nil end)
   vim.api.nvim_create_autocmd({ 'CursorMoved', 'BufEnter' }, {
     group = vim.api.nvim_create_augroup('draftline_rest_' .. bufnr, { clear = true }),
     buffer = bufnr,
     callback = later,
-  })
-  vim.api.nvim_buf_attach(bufnr, false, {
-    on_detach = function()
-      if timers[bufnr] then
-        timers[bufnr]:close()
-        timers[bufnr] = nil
-      end
-      sent[bufnr] = nil
-    end,
   })
   later() -- where the cursor is as the server attaches: a file just opened
 end
