@@ -57,6 +57,7 @@ class DraftlineServer(LanguageServer):
         self.threads: int | None = None  # torch threads (--threads)
         self.documents = Documents()  # replaced at `initialize`, which names the workspace
         self._pending_index: dict[str, asyncio.TimerHandle] = {}
+        self._rests: dict[str, int] = {}  # uri -> how many times the cursor came to rest there
 
     # --- status and model -----------------------------------------------------------------
     def status(self, message: str = "") -> None:
@@ -133,6 +134,7 @@ class DraftlineServer(LanguageServer):
         if (handle := self._pending_index.pop(uri, None)) is not None:
             handle.cancel()
         self.documents.close(uri)
+        self._rests.pop(uri, None)
 
     # --- suggestions ----------------------------------------------------------------------
     async def suggestions(self, uri: str, position: types.Position, alternatives: int
@@ -223,6 +225,7 @@ class DraftlineServer(LanguageServer):
         lines = doc.text.split("\n") if doc is not None else []
         if suggester is None or not line < len(lines) or self.scheduler.busy(uri):
             return
+        self._rests[uri] = self._rests.get(uri, 0) + 1  # an idle prefill for an earlier spot stands down
         plan = plan_at(uri, doc.text, line, len(lines[line].encode("utf-16-le")) // 2, settings, doc.name)
         if plan is None:
             return
@@ -236,10 +239,10 @@ class DraftlineServer(LanguageServer):
             self.metrics.prefetched += 1
 
     def _extend_later(self, uri: str, prompt: str | list[int]) -> None:
-        arrivals, engine = self.scheduler.arrivals(uri), self.engine
+        arrivals, rests, engine = self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine
 
         def extend() -> None:
-            if self.scheduler.arrivals(uri) == arrivals and self.engine is engine:
+            if (self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine) == (arrivals, rests, engine):
                 self.scheduler.submit(uri, ("extend", id(prompt)), lambda job: engine.prefill(
                     engine.prompt_tokens(prompt), job.cancel), background=True)
 
