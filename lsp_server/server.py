@@ -58,6 +58,7 @@ class DraftlineServer(LanguageServer):
         self.documents = Documents()  # replaced at `initialize`, which names the workspace
         self._pending_index: dict[str, asyncio.TimerHandle] = {}
         self._rests: dict[str, int] = {}  # uri -> how many times the cursor came to rest there
+        self._resting: tuple[str, int] | None = None  # (uri, line) where it rests now: prefilled once a model loads
 
     # --- status and model -----------------------------------------------------------------
     def status(self, message: str = "") -> None:
@@ -103,6 +104,8 @@ class DraftlineServer(LanguageServer):
         if self._failure:
             log.warning("%s", self._failure)
         self.documents.use(engine)
+        if self._resting is not None:  # a file opened while the model loaded: its first spot
+            self.prefetch(*self._resting)
         self.status(error or self._failure or f"{s.model}{f' at {s.endpoint}' if s.endpoint else ''} ready")
 
     def failed(self, message: str) -> None:
@@ -135,6 +138,8 @@ class DraftlineServer(LanguageServer):
             handle.cancel()
         self.documents.close(uri)
         self._rests.pop(uri, None)
+        if self._resting is not None and self._resting[0] == uri:
+            self._resting = None
 
     # --- suggestions ----------------------------------------------------------------------
     async def suggestions(self, uri: str, position: types.Position, alternatives: int
@@ -220,12 +225,14 @@ class DraftlineServer(LanguageServer):
         """The cursor rests on `line`: prefill the full window at its end in the background, so
         that the first request there, or on a new line below it, finds the prompt cached rather
         than getting a cold window. Any request cancels it within a layer; a suggestion still
-        being written for the document is left alone."""
+        being written for the document is left alone. While the model loads, the spot is kept for
+        when it is ready."""
+        self._resting = (uri, line)
+        self._rests[uri] = self._rests.get(uri, 0) + 1  # an idle prefill for an earlier spot stands down
         doc, suggester, settings = self.documents.get(uri), self.suggester, self.settings
         lines = doc.text.split("\n") if doc is not None else []
         if suggester is None or not line < len(lines) or self.scheduler.busy(uri):
             return
-        self._rests[uri] = self._rests.get(uri, 0) + 1  # an idle prefill for an earlier spot stands down
         plan = plan_at(uri, doc.text, line, len(lines[line].encode("utf-16-le")) // 2, settings, doc.name)
         if plan is None:
             return

@@ -366,9 +366,10 @@ def test_a_window_prefilled_where_the_cursor_rests_serves_the_first_request_belo
     assert suggester.prefill(rests, settings, threading.Event())
     prompt, full = suggester.prompt_for(below, [])
     assert full is None and engine.prefill_seconds(prompt) <= COLD_PREFILL_S
+    engine.forget_cache()
     cancelled = threading.Event()
-    cancelled.set()
-    assert not suggester.prefill(rests, settings, cancelled)
+    cancelled.set()  # a request came first: nothing is prefilled
+    assert not suggester.prefill(rests, settings, cancelled) and engine.cached_tokens(prompt) == 0
 
 
 def test_an_unusable_cache_directory_costs_time_not_the_model(tmp_path, monkeypatch):

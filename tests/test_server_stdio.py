@@ -3,6 +3,7 @@ message; unparsable params get an error response; requests before the model is r
 an empty answer at once; shutdown/exit end the process cleanly."""
 import json
 import subprocess
+import time
 import sys
 
 import pytest
@@ -73,3 +74,28 @@ def test_stdout_is_pure_protocol_and_bad_params_get_errors():
     assert (replies[5]["result"]["partiallyAccepted"], replies[5]["result"]["acceptedChars"]) == (2, 4)
     assert replies[5]["result"]["accepted"] == 0  # partial accepts are not full ones
     assert replies[6]["result"] is None
+
+
+def test_where_the_cursor_rests_on_a_fresh_start_is_prefilled_once_the_model_is_ready():
+    """A file opened as the editor starts the server: the cursor's spot (draftline/cursor)
+    arrives while the model loads; the window there is prefilled once it is ready."""
+    from lsp_server.bench.lsp_client import Client
+
+    client = Client([sys.executable, "-m", "lsp_server.cli", "--stdio", "--threads", "2",
+                     "--model", "smollm2-135m", "--dtype", "fp32"])
+    try:
+        client.request(1, "initialize", {"capabilities": {}})
+        client.notify("initialized", {})
+        client.notify("textDocument/didOpen", {"textDocument": {
+            "uri": URI, "languageId": "python", "version": 1,
+            "text": "import math\n\n\ndef area(r):\n    return math.pi * r * r\n"}})
+        client.notify("draftline/cursor", {"textDocument": {"uri": URI}, "position": {"line": 4, "character": 0}})
+        stats = lambda i: client.request(i, "workspace/executeCommand", {"command": "draftline.stats"})["result"]  # noqa: E731
+        assert stats(2)["state"] == "loading"  # the spot came before the model
+        for i in range(3, 600):
+            if (now := stats(i))["state"] == "ready" and now["prefetched"]:
+                break
+            time.sleep(0.1)
+        assert now["prefetched"] == 1, now
+    finally:
+        client.close()
