@@ -18,9 +18,14 @@ from engine.errors import EngineError
 from engine.healing import Healer
 from engine.loading.catalog import DEFAULT
 from engine.models import load_model, resolve, resolve_dtype
-from engine.api import COMPLETION_CACHE, DEFAULT_MODE, MODES, Completion, Request
+from engine.api import COMPLETION_CACHE, DEFAULT_MODE, EDIT_CACHE, MODES, Completion, Request
 from engine.tokenization.tokenizer import Tokenizer
 from engine.loading.user_cache import content_key, machine_key
+
+# Completions' KV caches, where the backend keeps that many: the prompts of the last few spots
+# (another file, another window of this one) stay cached, so going back to one prefills nothing.
+COMPLETION_SLOTS = 3
+
 
 class Engine:
     """A target model, optional draft model, and a lookup index over documents, the workspace
@@ -53,6 +58,9 @@ class Engine:
         self._calibration_key: str | None = None  # set by `load`: where the calibration is kept
         self._kept_costs = 0  # the pass costs' version last kept
         self.dtype: str | None = None  # set by `load`: the weights format it resolved to
+        caches = target.capabilities.caches
+        self._slots = [COMPLETION_CACHE, *range(EDIT_CACHE + 1, caches)][:COMPLETION_SLOTS]
+        self._slot_used = dict.fromkeys(self._slots, 0)  # when each was last chosen (a count)
 
     @classmethod
     def load(cls, model: str = DEFAULT, draft: str | None = None, dtype: str | None = None,
@@ -154,6 +162,7 @@ class Engine:
     def prefill(self, tokens: Sequence[int], cancel: threading.Event | None = None) -> None:
         """Fill the caches for a prompt of token ids ahead of `complete` (which reuses them);
         with `cancel` set midway, they hold a prefix of it."""
+        self._use_slot(tokens)
         self.target.sync(tokens[:-1], cancel)
         if cancel and cancel.is_set():
             return
@@ -163,7 +172,10 @@ class Engine:
 
     def forget_cache(self) -> None:
         """Empty the KV caches: the next request starts cold, as in a new process."""
-        self.target.truncate(0)
+        for cache in range(self.target.capabilities.caches):
+            self.target.use_cache(cache)
+            self.target.truncate(0)
+        self.target.use_cache(COMPLETION_CACHE)
         if self.draft is not None:
             self.draft.reset()
 
@@ -176,8 +188,26 @@ class Engine:
         return self.tokenizer.with_bos(tokens) if self.tokenizer.add_bos else tokens
 
     def cached_tokens(self, prompt: str | Sequence[int]) -> int:
-        """How many of the prompt's first tokens the target's KV cache holds now."""
-        return common_prefix(self.target.tokens, self.prompt_tokens(prompt))
+        """How many of the prompt's first tokens the KV cache it would run in holds now."""
+        return self._slot_for(self.prompt_tokens(prompt))[1]
+
+    def _slot_for(self, tokens: Sequence[int]) -> tuple[int, int]:
+        """The completions' KV cache for a prompt, and how many of its first tokens it holds:
+        the one that holds the most of it, where that is at least half of what it holds (the
+        prompt goes on from a cached one); else an empty one, else the one chosen longest ago.
+        So a new spot's prompt does not evict the window of the spot before it."""
+        held = {slot: common_prefix(self.target.tokens_in(slot), tokens) for slot in self._slots}
+        going_on = [s for s in self._slots if held[s] and 2 * held[s] >= len(self.target.tokens_in(s))]
+        if going_on:
+            slot = max(going_on, key=held.get)
+        else:
+            slot = min(self._slots, key=lambda s: (bool(self.target.tokens_in(s)), self._slot_used[s]))
+        return slot, held[slot]
+
+    def _use_slot(self, tokens: Sequence[int]) -> None:
+        slot = self._slot_for(tokens)[0]
+        self._slot_used[slot] = max(self._slot_used.values()) + 1
+        self.target.use_cache(slot)
 
     def prefill_seconds(self, prompt: str | Sequence[int]) -> float:
         """About how long `complete(prompt)` would spend prefilling, given what is cached."""
@@ -205,19 +235,18 @@ class Engine:
         tokens = tokens[max(0, len(tokens) - room + bos):]
         if bos:  # added after healing and trimming, so that neither removes it
             tokens = self.tokenizer.with_bos(tokens)
-        # Another cache where the backend keeps one (else the one), and back: everything else
-        # (prefills, the cold rule's cached_tokens) speaks of the completions' cache.
-        cache = request.cache if request.cache < self.target.capabilities.caches else COMPLETION_CACHE
-        self.target.use_cache(cache)
-        try:
-            if mode == "ar":
-                gen = generate_autoregressive(self.target, tokens, request, self.vocabulary, owed)
-            else:
-                gen = generate_speculative(self.target, self._drafter(mode), tokens, request,
-                                           self.vocabulary, self.max_nodes, owed)
-                self._keep_learned()
-        finally:
-            self.target.use_cache(COMPLETION_CACHE)
+        # A next-edit prediction in its own cache where the backend keeps one; a completion in
+        # the completions' cache that holds the most of its prompt.
+        if request.cache == EDIT_CACHE and EDIT_CACHE < self.target.capabilities.caches:
+            self.target.use_cache(EDIT_CACHE)
+        else:
+            self._use_slot(tokens)
+        if mode == "ar":
+            gen = generate_autoregressive(self.target, tokens, request, self.vocabulary, owed)
+        else:
+            gen = generate_speculative(self.target, self._drafter(mode), tokens, request,
+                                       self.vocabulary, self.max_nodes, owed)
+            self._keep_learned()
         return Completion(gen.text, gen.tokens, gen.stats)
 
     def measure_prefill(self, tokens: int = 320) -> None:

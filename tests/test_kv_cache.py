@@ -103,7 +103,7 @@ def test_a_next_edit_prediction_leaves_the_completions_cache_warm(dtype):
     from tests.models import SMALL
 
     engine = Engine.load(SMALL, dtype=dtype, threads=2)
-    assert engine.target.capabilities.caches == 2
+    assert engine.target.capabilities.caches >= 2
     code = stdlib_text("textwrap.py")
     completion, edit = code[:1500], code[3000:4200]
     first = engine.complete(completion, Request(16), "lookup")
@@ -115,3 +115,28 @@ def test_a_next_edit_prediction_leaves_the_completions_cache_warm(dtype):
     assert repeated.tokens == predicted.tokens and repeated.stats.new_prompt_tokens <= 1
     engine.forget_cache()
     assert engine.complete(edit, Request(16), "lookup").tokens == predicted.tokens
+
+
+@pytest.mark.integration  # the embedded model
+def test_the_last_spots_prompts_stay_cached_each_in_a_completions_cache():
+    """Going back to a spot in another file prefills nothing while the backend keeps a
+    completions' cache for each of the last spots; a spot past that many takes the cache used
+    longest ago; every output is what an engine with an empty cache writes."""
+    from engine.api import Request
+    from engine.engine import COMPLETION_SLOTS, Engine
+    from tests.models import SMALL
+
+    engine = Engine.load(SMALL, dtype="gguf", threads=2)
+    code = stdlib_text("textwrap.py")
+    spots = [code[i * 2500:i * 2500 + 1200] for i in range(COMPLETION_SLOTS + 1)]  # other files, in effect
+    first = [engine.complete(spot, Request(8), "lookup") for spot in spots[:COMPLETION_SLOTS]]
+    for spot, written in zip(spots, first):  # back to each: all of it still cached
+        again = engine.complete(spot, Request(8), "lookup")
+        assert again.tokens == written.tokens and again.stats.new_prompt_tokens <= 1
+    assert all(engine.cached_tokens(spot) > 200 for spot in spots[:COMPLETION_SLOTS])
+    engine.complete(spots[-1], Request(8), "lookup")  # one more spot: the first goes
+    assert engine.cached_tokens(spots[0]) <= 1
+    assert all(engine.cached_tokens(spot) > 200 for spot in spots[1:])
+    engine.forget_cache()
+    assert all(engine.cached_tokens(spot) == 0 for spot in spots)
+    assert engine.complete(spots[0], Request(8), "lookup").tokens == first[0].tokens

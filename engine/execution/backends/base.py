@@ -158,6 +158,10 @@ class Backend(ABC):
         if cache != 0:
             raise NotImplementedError(f"{type(self).__name__} keeps one KV cache")
 
+    def tokens_in(self, cache: int) -> list[int]:
+        """The tokens KV cache number `cache` holds."""
+        return self.tokens if cache == 0 else []
+
     def sync(self, prompt: Sequence[int], cancel: threading.Event | None = None) -> int:
         """Make the cache hold exactly `prompt`, reusing the longest common prefix.
 
@@ -244,6 +248,11 @@ class ArrayCache(Backend):
         self.tokens, self.k_cache, self.v_cache, self.features = others.pop(cache)
         self._cache = cache
         self._cache_moved()
+
+    def tokens_in(self, cache: int) -> list[int]:
+        if cache == self._cache:
+            return self.tokens
+        return (self._other_caches or {}).get(cache, ([],))[0]
 
     def _cache_moved(self) -> None:
         """The arrays are others now: what holds their addresses (the C decoder) follows."""

@@ -89,7 +89,7 @@ class NativeLlama(ArrayCache):
     def capabilities(self) -> Capabilities:
         """Token trees, thread counts per pass width, every pass one C call in the stored format."""
         return Capabilities(tree=True, kernels=(STORED,), threads=True, native=True,
-                            tile_from=self.native.tiles_from(), caches=2)
+                            tile_from=self.native.tiles_from(), caches=4)
 
     def _cache_moved(self) -> None:
         self.native.point_at_cache(self)
