@@ -40,6 +40,7 @@ class Settings:
     maxTokens: int = 64
     multiline: str = "auto"
     timeBudgetMs: float = 2500
+    coldPrefillMs: float = 1000
     debounceMs: float = 0
     repoContext: bool = True
     nextEdit: bool = True
@@ -147,6 +148,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("timeBudgetMs", float, Settings.timeBudgetMs,
            "ms a request waits for its suggestion after the prefill (0: no limit)",
            minimum=0),
+    # The most the first request at a new spot may spend prefilling: past that it gets a window
+    # this prefills in time (lsp_server/cold_window.py), and the full one is prefilled in the
+    # background for the requests after it. 0: always the full window, however long it takes
+    # (as llama.vim waits for llama-server's).
+    Option("coldPrefillMs", float, Settings.coldPrefillMs,
+           "ms a request at a new spot may spend prefilling before it gets a shorter window "
+           "(0: always the full window)", minimum=0),
     # Wait before starting a generation; a newer keystroke cancels the wait.
     Option("debounceMs", float, Settings.debounceMs,
            "ms to wait before generating; a newer keystroke cancels it", minimum=0),

@@ -23,10 +23,6 @@ from lsp_server.documents import Documents
 from lsp_server.options import Settings
 from lsp_server.repo_context import choose, names_near
 
-# The most a request at a new spot may spend prefilling. A larger window's prompt is
-# prefilled in the background once typing pauses, for the requests after it.
-COLD_PREFILL_S = 1.0
-
 # Characters before a suggestion remembered with it (Engine.remember): enough for the engine's
 # lead of a few tokens.
 REMEMBER_BEFORE = 200
@@ -81,14 +77,12 @@ class Suggestion:
 
 
 class Suggester:
-    def __init__(self, engine: CompletionEngine, documents: Documents, budget: Budget = Budget(),
-                 cold_prefill_s: float = COLD_PREFILL_S):
+    def __init__(self, engine: CompletionEngine, documents: Documents, budget: Budget = Budget()):
         """`documents`: the open documents whose snippets a prompt may show (never a file the
         workspace index refuses) and the workspace's files (its repository)."""
         self.engine = engine
         self.documents = documents
         self.budget = budget
-        self.cold_prefill_s = cold_prefill_s
         self._context: dict[str, tuple[tuple, list[Block]]] = {}  # uri -> (what it was chosen for, blocks)
 
     def forget(self, uri: str) -> None:
@@ -113,16 +107,18 @@ class Suggester:
         self._context[plan.uri] = (key, blocks)
         return blocks
 
-    def prompt_for(self, cursor: Cursor, blocks: list[Block], path: str = ""
-                   ) -> tuple[str | list[int], str | list[int] | None]:
+    def prompt_for(self, cursor: Cursor, blocks: list[Block], path: str = "",
+                   cold_prefill_ms: float = Settings.coldPrefillMs) -> tuple[str | list[int], str | list[int] | None]:
         """The prompt for this request, and the full-window prompt to prefill later when this
         one had to be shortened (None when it is the full one): a cold 2k-token file on a slow
-        CPU would otherwise wait a long time for its first suggestion."""
+        CPU would otherwise wait a long time for its first suggestion. A request may prefill
+        for `cold_prefill_ms` (0: as long as the full window takes)."""
         engine, name = self.engine, self.documents.repository.name
         full = build_prompt(cursor, engine.tokenizer, engine.max_len, blocks, self.budget, path, name)
-        if engine.prefill_seconds(full) <= self.cold_prefill_s:
+        allowed_s = cold_prefill_ms / 1000
+        if not allowed_s or engine.prefill_seconds(full) <= allowed_s:
             return full, None
-        fits = int(engine.prefill_tokens_per_s() * self.cold_prefill_s)
+        fits = int(engine.prefill_tokens_per_s() * allowed_s)
         warm = warm_start(full, engine.cached_tokens(full), cursor, engine.tokenizer, fits)
         return (cold_prompt(cursor, engine.tokenizer, fits) if warm is None else warm), full
 
@@ -130,7 +126,7 @@ class Suggester:
         """Prefill the full window's prompt for `plan` ahead of a request (call on the model
         thread), so that the request finds it cached instead of getting a cold window. False
         where `cancel` stopped it first."""
-        prompt, full = self.prompt_for(plan.cursor, self.context_for(plan, settings), plan.path)
+        prompt, full = self.prompt_for(plan.cursor, self.context_for(plan, settings), plan.path, settings.coldPrefillMs)
         self.engine.prefill(self.engine.prompt_tokens(full or prompt), cancel)
         return not cancel.is_set()
 
@@ -138,7 +134,7 @@ class Suggester:
                  on_prefilled: Callable[[], None] | None = None) -> Suggestion:
         """Run the model for `plan` with `settings` (call on the model thread) and clean its text."""
         cursor = plan.cursor
-        prompt, full = self.prompt_for(cursor, self.context_for(plan, settings), plan.path)
+        prompt, full = self.prompt_for(cursor, self.context_for(plan, settings), plan.path, settings.coldPrefillMs)
         request = Request(settings.maxTokens, postprocess.stop_rule(plan.multiline, cursor.line_before),
                           sampling, cancel, on_prefilled)
         result = self.engine.complete(prompt, request, settings.mode)

@@ -90,8 +90,13 @@ def pause_rows(report: dict, run: str) -> list[str]:
         label = "`llama-server` asked as llama.vim asks it" if name == "llama-server" else f"`{name}` (stdio server)"
         out.append(f"|{run} {label} | {m['with_ghost_text']} of {m['pauses']} | {m['exact_first_line']:.0%} | "
                    f"{m['edit_similarity']:.2f} | {m['p50_ms'] / 1000:.2f} / {m['p90_ms'] / 1000:.2f} s | "
-                   f"{m['first_in_file_p50_ms'] / 1000:.2f} s |")
+                   f"{m['first_in_file_p50_ms'] / 1000:.2f} s | {_whole_window(m)} |")
     return out
+
+
+def _whole_window(m: dict) -> str:
+    """At how many pauses the answer had the whole window (runs before bench counted it: -)."""
+    return "-" if m.get("full_window") is None else f"{m['full_window']} of {m['pauses']}"
 
 
 def machine(report: dict) -> str:
@@ -160,7 +165,7 @@ def table(paths: list[Path], relative_to: Path, given_paths: str, draft: str | N
         lines += ["", "At a pause in real code (bench `--pauses`: the files written again line by line, a pause "
                   "after each new line's indentation, the first right after opening; docs/bench.md):", "",
                   "| " + ("run, " if several else "") + "editor | ghost text | exact first line | edit similarity | "
-                  "p50 / p90 | first pause in a file, p50 |", "|---|---|---|---|---|---|", *pauses]
+                  "p50 / p90 | first pause in a file, p50 | whole window |", "|---|---|---|---|---|---|---|", *pauses]
     peers = sorted({m for r in reports for m in r["settings"]["modes"] if m in IN_PROCESS_PEERS})
     if peers:
         lines.append(f"In-process peers ({', '.join(peers)}) ran inside bench's process, under the "

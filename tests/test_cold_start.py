@@ -24,11 +24,13 @@ from engine.execution.kernels import Int8Weight
 from engine.loading.user_cache import content_key, write_atomically
 from lsp_server.documents import Documents
 from lsp_server.options import Settings
-from lsp_server.suggester import COLD_PREFILL_S, Suggester, plan as plan_at
+from lsp_server.suggester import Suggester, plan as plan_at
 from lsp_server.context import Cursor
 from tests import gguf_files
 from tests.code_samples import stdlib_text
 from tests.tiny_models import random_weights
+
+COLD_PREFILL_S = Settings.coldPrefillMs / 1000  # the default cold rule's budget
 
 
 @pytest.fixture(autouse=True)
@@ -342,6 +344,8 @@ def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_e
     assert len(engine.prompt_tokens(prompt)) <= rate * COLD_PREFILL_S
     assert engine.prefill_seconds(prompt) <= COLD_PREFILL_S
     assert engine.prompt_tokens(prompt)[-5:] == engine.prompt_tokens(full)[-5:]  # same cursor
+    # coldPrefillMs 0: the full window at once, however long it takes (as llama.vim waits)
+    assert suggester.prompt_for(cursor, [], cold_prefill_ms=0) == (full, None)
     # Once the full window is cached (the background extension), it is used.
     engine.prefill(engine.prompt_tokens(full))
     assert suggester.prompt_for(cursor, []) == (full, None)

@@ -94,6 +94,10 @@ def test_pause_replay_without_fim_goes_on_without_llama_server(binary, tmp_path)
     pauses, _, err = _replay(tmp_path, SMALL, 1)
     assert "lsp_server bench: pauses without llama-server: llama-server does not fill in the middle" in err
     assert set(pauses["summary"]) == {"draftline"}
+    # whether the answer had the whole window (the server's cold rule, read from its counters)
+    [run] = pauses["runs"]
+    assert run["window"] in ("full", "short", "none")
+    assert pauses["summary"]["draftline"]["full_window"] == (run["window"] == "full")
 
 
 @pytest.mark.real_model
@@ -108,6 +112,9 @@ def test_pause_replay_scores_both_editors_on_the_same_pauses(binary, tmp_path):
         assert all(r["expected"] == lines[r["line"]].strip() for r in runs)
         assert 0 < numbers["p50_ms"] <= numbers["p90_ms"]
         assert 0 <= numbers["exact_first_line"] <= numbers["edit_similarity"] <= 1
+    windows = {name: {r["window"] for r in pauses["runs"] if r["contender"] == name} for name in pauses["summary"]}
+    assert windows["draftline"] <= {"full", "short", "none"} and windows["llama-server"] == {""}
+    assert pauses["summary"]["llama-server"]["full_window"] is None
     # the same pauses for both
     assert [r["line"] for r in pauses["runs"] if r["contender"] == "draftline"] == \
         [r["line"] for r in pauses["runs"] if r["contender"] == "llama-server"]

@@ -51,13 +51,14 @@ def at_line(root: Path, path: str, line_start: str, typed: str = "") -> Plan:
 
 
 def prompt_text(suggester: Suggester, where: Plan, settings: Settings = SETTINGS) -> str:
-    prompt, full = suggester.prompt_for(where.cursor, suggester.context_for(where, settings), where.path)
+    """The full window's prompt (no cold rule: coldPrefillMs 0)."""
+    prompt, full = suggester.prompt_for(where.cursor, suggester.context_for(where, settings), where.path, 0)
     assert full is None
     return prompt if isinstance(prompt, str) else suggester.engine.tokenizer.decode(prompt)
 
 
 def suggester_for(engine, documents: Documents) -> Suggester:
-    return Suggester(engine, documents, cold_prefill_s=float("inf"))
+    return Suggester(engine, documents)
 
 
 def test_the_definition_a_line_uses_from_another_module_lands_in_the_prompt(fp32_engine):

@@ -23,6 +23,7 @@ from engine.errors import EngineError
 from lsp_server.bench import next_edits
 from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwidth_gb_s
 from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
+from lsp_server.bench.lsp_client import setting
 from lsp_server.bench.pauses import DraftlineEditor, LlamaVimEditor, format_pauses, run_pauses, walks
 from lsp_server.bench.pauses import as_json as pauses_json
 from lsp_server.bench.pauses import summarize as summarize_pauses
@@ -67,6 +68,8 @@ def add_parser(sub) -> None:
                    help="also replay N pauses of someone writing your files line by line, through the stdio "
                         "server and through llama-server asked as llama.vim asks it (pauses.py)")
     p.add_argument("--key-ms", type=float, default=60, help="time between keystrokes in --pauses (default 60)")
+    p.add_argument("--setting", action="append", default=[], type=setting, metavar="KEY=JSON",
+                   help="with --pauses: a setting the editor sends our stdio server, e.g. --setting coldPrefillMs=0")
     p.add_argument("--context", choices=("repo", "none", "both"), default="both",
                    help="with --quality: with the repository context, without it, or both (default)")
     p.add_argument("--next-edit", action="append", default=[], metavar="PACKAGE==OLD,NEW",
@@ -168,7 +171,8 @@ def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> di
     if not chosen:
         raise _fail("--pauses needs files of at least 60 lines")
     root = Path(os.path.commonpath([str(w.path.resolve().parent) for w in chosen]))
-    editors = [DraftlineEditor([sys.executable, "-m", "lsp_server.cli", "--stdio", *model_flags(args)], root)]
+    editors = [DraftlineEditor([sys.executable, "-m", "lsp_server.cli", "--stdio", *model_flags(args)], root,
+                               dict(args.setting))]
     server = None
     try:
         check_peer("llama-server", model_path, None)
@@ -186,7 +190,7 @@ def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> di
         if server is not None:
             server.close()
     return {"summary": summarize_pauses(pauses), "runs": pauses_json(pauses),
-            "files": [str(w.path) for w in chosen], "key_ms": args.key_ms}
+            "files": [str(w.path) for w in chosen], "key_ms": args.key_ms, "server_settings": dict(args.setting)}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,8 +13,10 @@ editor asks once (Neovim 0.12 and VS Code do not ask again while the user waits)
   the line and 64 below, n_predict 256, top_k 40, top_p 0.99, t_max_predict_ms 1500).
 
 Scored per pause: whether ghost text came, its first line against the line the file has (exact,
-edit similarity), and the time from the request to the answer; both see the same pauses, taken
-in turn, each from a freshly loaded process with the model already in memory.
+edit similarity), the time from the request to the answer, and for our server whether the answer
+had the full window or a shortened one (the cold rule: the server's `coldWindows` counter, read
+after each answer); both see the same pauses, taken in turn, each from a freshly loaded process
+with the model already in memory.
 """
 from __future__ import annotations
 
@@ -56,6 +58,9 @@ class Pause:
     expected: str
     ghost: str  # the first line of what was shown; "" for nothing
     ms: float  # from the request to the answer
+    # "full" or "short" (the cold rule shortened it); "none": no generation ended by the answer
+    # (no model run, or one the time budget left going); "" where the contender does not say
+    window: str
 
     @property
     def exact(self) -> bool:
@@ -106,17 +111,20 @@ class DraftlineEditor:
     """Our server as an editor drives it over stdio."""
     name = "draftline"
 
-    def __init__(self, server_cmd: list[str], root: Path):
+    def __init__(self, server_cmd: list[str], root: Path, settings: dict | None = None):
+        """`settings`: what the editor sends as initializationOptions (none: the server's own)."""
         self.client = Client(server_cmd)
         self.ids = iter(range(1, 1 << 30))
         self.client.request(next(self.ids), "initialize", {
             "processId": None, "rootUri": root.resolve().as_uri(), "capabilities": {},
+            "initializationOptions": settings or {},
             "workspaceFolders": [{"uri": root.resolve().as_uri(), "name": root.name}]})
         self.client.notify("initialized", {})
         status = self.client.wait_status(("ready", "error"))
         if status.get("state") != "ready":
             raise RuntimeError(f"the server did not load its model: {status.get('message')}")
         self.version = 0
+        self.counted = {"generated": 0, "coldWindows": 0}  # the server's counters after the last answer
 
     def open(self, uri: str, text: str) -> None:
         self.uri, self.version = uri, 1
@@ -130,13 +138,19 @@ class DraftlineEditor:
             "textDocument": {"uri": self.uri, "version": self.version},
             "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]})
 
-    def ask(self, lines: list[str], line: int, column: int) -> str:
+    def ask(self, lines: list[str], line: int, column: int) -> tuple[str, str]:
+        """What was shown, and whether it came from the full window."""
         before = lines[line][:column]
         reply = self.client.request(next(self.ids), "textDocument/inlineCompletion", {
             "textDocument": {"uri": self.uri}, "position": {"line": line, "character": _units(before)},
             "context": {"triggerKind": 2}})
         items = (reply.get("result") or {}).get("items") or []
-        return items[0]["insertText"][len(before):] if items else ""
+        stats = self.client.request(next(self.ids), "workspace/executeCommand", {"command": "draftline.stats"})
+        now = {key: stats["result"][key] for key in self.counted}
+        new = {key: now[key] - self.counted[key] for key in now}
+        self.counted = now
+        window = "none" if not new["generated"] else "short" if new["coldWindows"] else "full"
+        return (items[0]["insertText"][len(before):] if items else ""), window
 
     def close(self) -> None:
         self.client.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
@@ -163,13 +177,13 @@ class LlamaVimEditor:
     def insert(self, line: int, character: int, text: str) -> None:
         pass
 
-    def ask(self, lines: list[str], line: int, column: int) -> str:
+    def ask(self, lines: list[str], line: int, column: int) -> tuple[str, str]:
         before, after = lines[line][:column], lines[line][column:]
         body = LLAMA_VIM | {
             "input_prefix": "".join(f"{s}\n" for s in lines[max(0, line - LLAMA_VIM_PREFIX_LINES):line]),
             "input_suffix": "\n".join([after, *lines[line + 1:line + 1 + LLAMA_VIM_SUFFIX_LINES]]),
             "prompt": before if before.strip() else "", "n_indent": len(_indent(before)), "input_extra": []}
-        return self.server.post("/infill", body).get("content", "")
+        return self.server.post("/infill", body).get("content", ""), ""
 
     def close(self) -> None:
         pass
@@ -191,9 +205,9 @@ def replay(editor, walk: Walk, key_s: float) -> list[Pause]:
         lines.append(indent)
         if number in walk.pauses:
             started = time.perf_counter()
-            ghost = editor.ask(lines, number, len(indent))
+            ghost, window = editor.ask(lines, number, len(indent))
             results.append(Pause(editor.name, str(walk.path), number, target.strip(), _first_line(ghost),
-                                 (time.perf_counter() - started) * 1000))
+                                 (time.perf_counter() - started) * 1000, window))
         for character in target[len(indent):]:  # typed key by key
             editor.insert(number, _units(lines[number]), character)
             lines[number] += character
@@ -215,7 +229,8 @@ def summarize(pauses: list[Pause]) -> dict:
             "p50_ms": round(float(np.percentile([p.ms for p in mine], 50)), 1),
             "p90_ms": round(float(np.percentile([p.ms for p in mine], 90)), 1),
             "first_in_file_p50_ms": round(float(np.percentile(
-                [p.ms for p in mine if p.line == min(q.line for q in mine if q.path == p.path)], 50)), 1)}
+                [p.ms for p in mine if p.line == min(q.line for q in mine if q.path == p.path)], 50)), 1),
+            "full_window": sum(p.window == "full" for p in mine) if any(p.window for p in mine) else None}
     return out
 
 
@@ -232,11 +247,14 @@ def run_pauses(editors: list, chosen: list[Walk], key_s: float) -> list[Pause]:
 def format_pauses(numbers: dict) -> str:
     lines = ["\n\npauses: ghost text after a pause at a new line's indentation (the first right after opening)",
              f"{'contender':<14}{'pauses':>7}{'shown':>7}{'exact':>7}{'edit sim':>10}{'p50 ms':>9}{'p90 ms':>9}"
-             f"{'first p50':>11}"]
+             f"{'first p50':>11}{'full window':>13}"]
     for name, m in numbers.items():
+        full = "-" if m["full_window"] is None else m["full_window"]
         lines.append(f"{name:<14}{m['pauses']:>7}{m['with_ghost_text']:>7}{m['exact_first_line']:>7.2f}"
-                     f"{m['edit_similarity']:>10.2f}{m['p50_ms']:>9.0f}{m['p90_ms']:>9.0f}{m['first_in_file_p50_ms']:>11.0f}")
-    lines.append("(ms: from the request to the answer; first: the first pause in each file, right after opening)")
+                     f"{m['edit_similarity']:>10.2f}{m['p50_ms']:>9.0f}{m['p90_ms']:>9.0f}{m['first_in_file_p50_ms']:>11.0f}"
+                     f"{full:>13}")
+    lines.append("(ms: from the request to the answer; first: the first pause in each file, right after opening; "
+                 "full window: answers from the whole window, not one the cold rule shortened)")
     return "\n".join(lines)
 
 

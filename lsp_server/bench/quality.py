@@ -142,8 +142,7 @@ def score(engine: CompletionEngine, modes: list[str], tasks: dict[str, list[Line
     source file is in the repository (as the workspace index holds them)."""
     documents = workspace.documents
     remote = engine.describe()["kind"] == "remote"
-    # Always the full window (no shorter cold one): this measures quality, not the cold rule.
-    suggesters = {c: Suggester(engine, documents, cold_prefill_s=float("inf")) for c in contexts}
+    suggesters = {c: Suggester(engine, documents) for c in contexts}
     results = []
     for workload, found in tasks.items():
         for i, task in enumerate(found):
@@ -153,7 +152,9 @@ def score(engine: CompletionEngine, modes: list[str], tasks: dict[str, list[Line
                 suggester = suggesters[context]
                 where = plan(doc.uri, doc.text, task.line, task.column, Settings(), doc.name)
                 for mode in modes[i % len(modes):] + modes[:i % len(modes)]:
-                    settings = Settings(maxTokens=_MAX_NEW_TOKENS, mode=mode, repoContext=CONTEXTS[context])
+                    # always the full window (coldPrefillMs 0): this measures quality, not the cold rule
+                    settings = Settings(maxTokens=_MAX_NEW_TOKENS, mode=mode, repoContext=CONTEXTS[context],
+                                        coldPrefillMs=0)
                     if not remote:
                         engine.forget_cache()
                     (text, cold_ms, cold), (_, warm_ms, warm) = (_timed(suggester, where, settings) for _ in range(2))
