@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from engine.api import BACKENDS, CONNECT_TIMEOUT_S, DEFAULT_MODE, DTYPES, MODES, READ_TIMEOUT_S
 from engine.loading.catalog import DEFAULT, KNOWN
+from lsp_server.context import Budget
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class Settings:
     multiline: str = "auto"
     timeBudgetMs: float = 2500
     coldPrefillMs: float = 1000
+    windowTokens: int = Budget.prefix_tokens
     debounceMs: float = 0
     repoContext: bool = True
     nextEdit: bool = True
@@ -155,6 +157,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("coldPrefillMs", float, Settings.coldPrefillMs,
            "ms a request at a new spot may spend prefilling before it gets a shorter window "
            "(0: always the full window)", minimum=0),
+    # Tokens of the file above the cursor in a prompt: more inform the line better and take
+    # longer to prefill (with the full window always cached, 2,560 got llama.vim's exactness on
+    # the pause replay where 1,024 got three quarters of it: docs/server.md).
+    Option("windowTokens", int, Settings.windowTokens,
+           "tokens of the file before the cursor in a prompt (more: righter, slower to prefill)",
+           minimum=64, maximum=16384),
     # Wait before starting a generation; a newer keystroke cancels the wait.
     Option("debounceMs", float, Settings.debounceMs,
            "ms to wait before generating; a newer keystroke cancels it", minimum=0),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.api import CompletionEngine, Request, Sampling
 from engine.stats import Stats
@@ -107,15 +107,17 @@ class Suggester:
         self._context[plan.uri] = (key, blocks)
         return blocks
 
-    def prompt_for(self, cursor: Cursor, blocks: list[Block], path: str = "",
-                   cold_prefill_ms: float = Settings.coldPrefillMs) -> tuple[str | list[int], str | list[int] | None]:
+    def prompt_for(self, cursor: Cursor, blocks: list[Block], path: str = "", settings: Settings = Settings()
+                   ) -> tuple[str | list[int], str | list[int] | None]:
         """The prompt for this request, and the full-window prompt to prefill later when this
         one had to be shortened (None when it is the full one): a cold 2k-token file on a slow
-        CPU would otherwise wait a long time for its first suggestion. A request may prefill
-        for `cold_prefill_ms` (0: as long as the full window takes)."""
+        CPU would otherwise wait a long time for its first suggestion. The window is
+        `settings.windowTokens` long, and a request may prefill for `settings.coldPrefillMs`
+        (0: as long as the full window takes)."""
         engine, name = self.engine, self.documents.repository.name
-        full = build_prompt(cursor, engine.tokenizer, engine.max_len, blocks, self.budget, path, name)
-        allowed_s = cold_prefill_ms / 1000
+        budget = replace(self.budget, prefix_tokens=settings.windowTokens)
+        full = build_prompt(cursor, engine.tokenizer, engine.max_len, blocks, budget, path, name)
+        allowed_s = settings.coldPrefillMs / 1000
         if not allowed_s or engine.prefill_seconds(full) <= allowed_s:
             return full, None
         fits = int(engine.prefill_tokens_per_s() * allowed_s)
@@ -126,7 +128,7 @@ class Suggester:
         """Prefill the full window's prompt for `plan` ahead of a request (call on the model
         thread), so that the request finds it cached instead of getting a cold window. False
         where `cancel` stopped it first."""
-        prompt, full = self.prompt_for(plan.cursor, self.context_for(plan, settings), plan.path, settings.coldPrefillMs)
+        prompt, full = self.prompt_for(plan.cursor, self.context_for(plan, settings), plan.path, settings)
         self.engine.prefill(self.engine.prompt_tokens(full or prompt), cancel)
         return not cancel.is_set()
 
@@ -134,7 +136,7 @@ class Suggester:
                  on_prefilled: Callable[[], None] | None = None) -> Suggestion:
         """Run the model for `plan` with `settings` (call on the model thread) and clean its text."""
         cursor = plan.cursor
-        prompt, full = self.prompt_for(cursor, self.context_for(plan, settings), plan.path, settings.coldPrefillMs)
+        prompt, full = self.prompt_for(cursor, self.context_for(plan, settings), plan.path, settings)
         request = Request(settings.maxTokens, postprocess.stop_rule(plan.multiline, cursor.line_before),
                           sampling, cancel, on_prefilled)
         result = self.engine.complete(prompt, request, settings.mode)

@@ -345,7 +345,7 @@ def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_e
     assert engine.prefill_seconds(prompt) <= COLD_PREFILL_S
     assert engine.prompt_tokens(prompt)[-5:] == engine.prompt_tokens(full)[-5:]  # same cursor
     # coldPrefillMs 0: the full window at once, however long it takes (as llama.vim waits)
-    assert suggester.prompt_for(cursor, [], cold_prefill_ms=0) == (full, None)
+    assert suggester.prompt_for(cursor, [], settings=Settings(coldPrefillMs=0)) == (full, None)
     # Once the full window is cached (the background extension), it is used.
     engine.prefill(engine.prompt_tokens(full))
     assert suggester.prompt_for(cursor, []) == (full, None)

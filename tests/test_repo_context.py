@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,8 @@ def at_line(root: Path, path: str, line_start: str, typed: str = "") -> Plan:
 
 def prompt_text(suggester: Suggester, where: Plan, settings: Settings = SETTINGS) -> str:
     """The full window's prompt (no cold rule: coldPrefillMs 0)."""
-    prompt, full = suggester.prompt_for(where.cursor, suggester.context_for(where, settings), where.path, 0)
+    prompt, full = suggester.prompt_for(where.cursor, suggester.context_for(where, settings), where.path,
+                                        replace(settings, coldPrefillMs=0))
     assert full is None
     return prompt if isinstance(prompt, str) else suggester.engine.tokenizer.decode(prompt)
 

@@ -5,7 +5,7 @@ import * as vscode from 'vscode';
 
 /** The settings the server reads (lsp_server/options.py), each contributed as `draftline.<key>`. */
 export const SERVER_KEYS = [
-  'model', 'draft', 'mode', 'dtype', 'backend', 'maxTokens', 'multiline', 'timeBudgetMs', 'coldPrefillMs', 'debounceMs', 'repoContext', 'enabled',
+  'model', 'draft', 'mode', 'dtype', 'backend', 'maxTokens', 'multiline', 'timeBudgetMs', 'coldPrefillMs', 'windowTokens', 'debounceMs', 'repoContext', 'enabled',
   'endpoint', 'tokenizer', 'apiKeyEnv', 'allowInsecure', 'connectTimeoutS', 'readTimeoutS', 'nextEdit', 'editModel',
 ] as const;
 export type ServerSettings = Partial<Record<(typeof SERVER_KEYS)[number], unknown>>;
