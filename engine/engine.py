@@ -173,8 +173,9 @@ class Engine:
     def forget_cache(self) -> None:
         """Empty the KV caches: the next request starts cold, as in a new process."""
         for cache in range(self.target.capabilities.caches):
-            self.target.use_cache(cache)
-            self.target.truncate(0)
+            if self.target.tokens_in(cache):  # one never used keeps no arrays: none are made
+                self.target.use_cache(cache)
+                self.target.truncate(0)
         self.target.use_cache(COMPLETION_CACHE)
         if self.draft is not None:
             self.draft.reset()
