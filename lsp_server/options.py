@@ -161,7 +161,8 @@ OPTIONS: tuple[Option, ...] = (
     # longer to prefill (with the full window always cached, 2,560 got llama.vim's exactness on
     # the pause replay where 1,024 got three quarters of it: docs/server.md).
     Option("windowTokens", int, Settings.windowTokens,
-           "tokens of the file before the cursor in a prompt (more: righter, slower to prefill)",
+           "tokens of the file before the cursor in a prompt, at most what the model's context leaves "
+           "(more: righter, slower to prefill)",
            minimum=64, maximum=16384),
     # Wait before starting a generation; a newer keystroke cancels the wait.
     Option("debounceMs", float, Settings.debounceMs,

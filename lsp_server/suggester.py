@@ -23,6 +23,10 @@ from lsp_server.documents import Documents
 from lsp_server.options import Settings
 from lsp_server.repo_context import choose, names_near
 
+# Prompt tokens besides the window, the suffix, other files and the answer: the template, the
+# path, a draft tree's nodes.
+PROMPT_MARGIN = 64
+
 # Characters before a suggestion remembered with it (Engine.remember): enough for the engine's
 # lead of a few tokens.
 REMEMBER_BEFORE = 200
@@ -115,7 +119,11 @@ class Suggester:
         `settings.windowTokens` long, and a request may prefill for `settings.coldPrefillMs`
         (0: as long as the full window takes)."""
         engine, name = self.engine, self.documents.repository.name
-        budget = replace(self.budget, prefix_tokens=settings.windowTokens)
+        # The window gives way to the rest of the prompt and the answer: the model's context
+        # never cuts off the prompt's start (its FIM and repository tokens).
+        rest = self.budget.suffix_tokens + max(self.budget.repo_tokens, self.budget.snippet_tokens) + PROMPT_MARGIN
+        window = max(64, min(settings.windowTokens, engine.max_len - settings.maxTokens - rest))
+        budget = replace(self.budget, prefix_tokens=window)
         full = build_prompt(cursor, engine.tokenizer, engine.max_len, blocks, budget, path, name)
         allowed_s = settings.coldPrefillMs / 1000
         if not allowed_s or engine.prefill_seconds(full) <= allowed_s:

@@ -346,6 +346,11 @@ def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_e
     assert engine.prompt_tokens(prompt)[-5:] == engine.prompt_tokens(full)[-5:]  # same cursor
     # coldPrefillMs 0: the full window at once, however long it takes (as llama.vim waits)
     assert suggester.prompt_for(cursor, [], settings=Settings(coldPrefillMs=0)) == (full, None)
+    # windowTokens: a shorter window, or a longer one, never past what the model's context leaves
+    window = lambda tokens: len(engine.prompt_tokens(suggester.prompt_for(  # noqa: E731
+        cursor, [], settings=Settings(coldPrefillMs=0, windowTokens=tokens))[0]))
+    assert window(256) < len(engine.prompt_tokens(full)) < window(2048)
+    assert window(16384) <= engine.max_len - Settings().maxTokens - engine.max_nodes - 2  # nothing trimmed
     # Once the full window is cached (the background extension), it is used.
     engine.prefill(engine.prompt_tokens(full))
     assert suggester.prompt_for(cursor, []) == (full, None)
