@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from engine.api import BACKENDS, CONNECT_TIMEOUT_S, DEFAULT_MODE, DTYPES, MODES, READ_TIMEOUT_S
 from engine.loading.catalog import DEFAULT, KNOWN
-from lsp_server.context import Budget
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ class Settings:
     multiline: str = "auto"
     timeBudgetMs: float = 2500
     coldPrefillMs: float = 1000
-    windowTokens: int = Budget.prefix_tokens
+    windowTokens: int | None = None
     debounceMs: float = 0
     repoContext: bool = True
     nextEdit: bool = True
@@ -159,11 +158,12 @@ OPTIONS: tuple[Option, ...] = (
            "(0: always the full window)", minimum=0),
     # Tokens of the file above the cursor in a prompt: more inform the line better and take
     # longer to prefill (with the full window always cached, 2,560 got llama.vim's exactness on
-    # the pause replay where 1,024 got three quarters of it: docs/server.md).
+    # the pause replay where 1,024 got three quarters of it: docs/server.md). null: sized to the
+    # machine (lsp_server/suggester.py's auto_window).
     Option("windowTokens", int, Settings.windowTokens,
            "tokens of the file before the cursor in a prompt, at most what the model's context leaves "
-           "(more: righter, slower to prefill)",
-           minimum=64, maximum=16384),
+           "(more: righter, slower to prefill); null: what this machine prefills in 4 s, 1,024 to 2,560",
+           minimum=64, maximum=16384, nullable=True),
     # Wait before starting a generation; a newer keystroke cancels the wait.
     Option("debounceMs", float, Settings.debounceMs,
            "ms to wait before generating; a newer keystroke cancels it", minimum=0),

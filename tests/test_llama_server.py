@@ -98,6 +98,8 @@ def test_pause_replay_without_fim_goes_on_without_llama_server(binary, tmp_path)
     [run] = pauses["runs"]
     assert run["window"] in ("full", "short", "none")
     assert pauses["summary"]["draftline"]["full_window"] == (run["window"] == "full")
+    # the server's prefix window (draftline.stats): the model's context leaves SmolLM2 less than 1,024
+    assert 64 <= pauses["summary"]["draftline"]["window_tokens"] == run["window_tokens"] <= 2560
 
 
 @pytest.mark.real_model
@@ -115,6 +117,8 @@ def test_pause_replay_scores_both_editors_on_the_same_pauses(binary, tmp_path):
     windows = {name: {r["window"] for r in pauses["runs"] if r["contender"] == name} for name in pauses["summary"]}
     assert windows["draftline"] <= {"full", "short", "none"} and windows["llama-server"] == {""}
     assert pauses["summary"]["llama-server"]["full_window"] is None
+    assert pauses["summary"]["llama-server"]["window_tokens"] is None
+    assert 1024 <= pauses["summary"]["draftline"]["window_tokens"] <= 2560  # sized to this machine
     # the same pauses for both
     assert [r["line"] for r in pauses["runs"] if r["contender"] == "draftline"] == \
         [r["line"] for r in pauses["runs"] if r["contender"] == "llama-server"]

@@ -61,6 +61,7 @@ class Pause:
     # "full" or "short" (the cold rule shortened it); "none": no generation ended by the answer
     # (no model run, or one the time budget left going); "" where the contender does not say
     window: str
+    window_tokens: int | None = None  # the prefix window's tokens the server uses (draftline.stats)
 
     @property
     def exact(self) -> bool:
@@ -138,8 +139,8 @@ class DraftlineEditor:
             "textDocument": {"uri": self.uri, "version": self.version},
             "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]})
 
-    def ask(self, lines: list[str], line: int, column: int) -> tuple[str, str]:
-        """What was shown, and whether it came from the full window."""
+    def ask(self, lines: list[str], line: int, column: int) -> tuple[str, str, int | None]:
+        """What was shown, whether it came from the full window, and that window's tokens."""
         before = lines[line][:column]
         reply = self.client.request(next(self.ids), "textDocument/inlineCompletion", {
             "textDocument": {"uri": self.uri}, "position": {"line": line, "character": _units(before)},
@@ -150,7 +151,7 @@ class DraftlineEditor:
         new = {key: now[key] - self.counted[key] for key in now}
         self.counted = now
         window = "none" if not new["generated"] else "short" if new["coldWindows"] else "full"
-        return (items[0]["insertText"][len(before):] if items else ""), window
+        return (items[0]["insertText"][len(before):] if items else ""), window, stats["result"].get("windowTokens")
 
     def close(self) -> None:
         self.client.notify("textDocument/didClose", {"textDocument": {"uri": self.uri}})
@@ -177,13 +178,13 @@ class LlamaVimEditor:
     def insert(self, line: int, character: int, text: str) -> None:
         pass
 
-    def ask(self, lines: list[str], line: int, column: int) -> tuple[str, str]:
+    def ask(self, lines: list[str], line: int, column: int) -> tuple[str, str, None]:
         before, after = lines[line][:column], lines[line][column:]
         body = LLAMA_VIM | {
             "input_prefix": "".join(f"{s}\n" for s in lines[max(0, line - LLAMA_VIM_PREFIX_LINES):line]),
             "input_suffix": "\n".join([after, *lines[line + 1:line + 1 + LLAMA_VIM_SUFFIX_LINES]]),
             "prompt": before if before.strip() else "", "n_indent": len(_indent(before)), "input_extra": []}
-        return self.server.post("/infill", body).get("content", ""), ""
+        return self.server.post("/infill", body).get("content", ""), "", None
 
     def close(self) -> None:
         pass
@@ -205,9 +206,9 @@ def replay(editor, walk: Walk, key_s: float) -> list[Pause]:
         lines.append(indent)
         if number in walk.pauses:
             started = time.perf_counter()
-            ghost, window = editor.ask(lines, number, len(indent))
+            ghost, window, window_tokens = editor.ask(lines, number, len(indent))
             results.append(Pause(editor.name, str(walk.path), number, target.strip(), _first_line(ghost),
-                                 (time.perf_counter() - started) * 1000, window))
+                                 (time.perf_counter() - started) * 1000, window, window_tokens))
         for character in target[len(indent):]:  # typed key by key
             editor.insert(number, _units(lines[number]), character)
             lines[number] += character
@@ -230,7 +231,8 @@ def summarize(pauses: list[Pause]) -> dict:
             "p90_ms": round(float(np.percentile([p.ms for p in mine], 90)), 1),
             "first_in_file_p50_ms": round(float(np.percentile(
                 [p.ms for p in mine if p.line == min(q.line for q in mine if q.path == p.path)], 50)), 1),
-            "full_window": sum(p.window == "full" for p in mine) if any(p.window for p in mine) else None}
+            "full_window": sum(p.window == "full" for p in mine) if any(p.window for p in mine) else None,
+            "window_tokens": max((p.window_tokens for p in mine if p.window_tokens), default=None)}
     return out
 
 
@@ -255,6 +257,7 @@ def format_pauses(numbers: dict) -> str:
                      f"{full:>13}")
     lines.append("(ms: from the request to the answer; first: the first pause in each file, right after opening; "
                  "full window: answers from the whole window, not one the cold rule shortened)")
+    lines += [f"{name}'s prefix window: {m['window_tokens']} tokens" for name, m in numbers.items() if m["window_tokens"]]
     return "\n".join(lines)
 
 
