@@ -1,7 +1,7 @@
 """The int8 kernels' arithmetic, checked against float32 on the same weights."""
 import torch
 
-from engine.execution.kernels import Int8Weight, int8_product
+from engine.execution.kernels import Int8Weight, int8_product, linear
 
 
 def test_the_int8_head_product_keeps_bf16_precision_and_each_row_alone():
@@ -15,3 +15,13 @@ def test_the_int8_head_product_keeps_bf16_precision_and_each_row_alone():
     assert (got - want).abs().max() < 1e-3 * want.abs().max()
     one_by_one = torch.cat([int8_product(x[i:i + 1], w) for i in range(13)])
     assert torch.equal(one_by_one, got)
+
+
+def test_a_bf16_product_takes_the_float32_bias_a_model_keeps():
+    """Biases stay float32 (Qwen2's q/k/v) while a bf16 model's matrices and activations are
+    bf16: the product adds the bias in the activations' dtype, as a float32 model would."""
+    g = torch.Generator().manual_seed(0)
+    x, w, bias = torch.randn(3, 16, generator=g), torch.randn(8, 16, generator=g), torch.randn(8, generator=g)
+    got = linear(x.bfloat16(), w.bfloat16(), bias)
+    assert got.dtype == torch.bfloat16
+    assert torch.allclose(got.float(), x @ w.T + bias, atol=0.1, rtol=0.05)

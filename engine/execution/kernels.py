@@ -236,7 +236,8 @@ def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None,
         return y if bias is None else y + bias
     if w.dtype != x.dtype:
         w = w.to(x.dtype)
-        bias = None if bias is None else bias.to(x.dtype)
+    if bias is not None and bias.dtype != x.dtype:  # biases are kept in float32 (bf16 models too)
+        bias = bias.to(x.dtype)
     return F.linear(x, w, bias)
 
 
