@@ -1,13 +1,13 @@
 """The window of a request at a new spot whose full window would take too long to prefill: within
 a token budget, the lines that inform the cursor's line most, in the file's order.
 
-    the cursor's line and the lines just above it   (at least half the budget)
-    the headers of the scopes around the cursor     (`class Shape:`, a function's signature)
-    the file's imports                              (the names the line may use)
+    the cursor's line and the lines just above it   (at least four fifths of the budget)
+    the header of the scope around the cursor       (a function's signature, continued lines too)
     the first lines after the cursor                (a fifth of the budget, as the full window)
 
-The nearest lines alone are what a short window used to be; the skeleton of scopes and imports
-costs a few tokens and says which names exist (docs/context.md, "The cold window").
+A budget here is what a CPU prefills in a second (50-200 tokens). Spent on the enclosing scopes'
+headers and the imports as well, it gave fewer first lines right than the nearest lines did
+(docs/context.md, "The cold window"): a model sees a file with gaps, and loses lines above.
 """
 from __future__ import annotations
 
@@ -16,13 +16,10 @@ import re
 from engine.tokenization.tokenizer import Tokenizer
 from lsp_server.context import Cursor, fim_prompt, suffix_window
 
-NEAR_SHARE = 0.5  # of the prefix budget, always for the lines just above the cursor
-HEADER_SHARE = 0.25  # at most, for the enclosing scopes' headers
-IMPORT_SHARE = 0.2  # at most, for the imports
+NEAR_SHARE = 0.8  # of the prefix budget, always for the lines just above the cursor
+HEADER_SHARE = 0.2  # at most, for the innermost scope's header
 SUFFIX_SHARE = 0.2  # of the whole budget, at most, for the lines after the cursor
 MAX_HEADER_LINES = 6  # a signature continued over several lines
-_IMPORT = re.compile(r"(import |from \S+ import|use |extern crate |#include|package |"
-                     r"(const|let|var) .*= *require\()")
 _CLOSER = re.compile(r"[)\]}]")  # a line that closes a scope opens none
 
 
@@ -31,8 +28,8 @@ def _indent(line: str) -> int:
 
 
 def _continued(lines: list[str], start: int) -> list[int]:
-    """Line `start` and the lines that continue it while its brackets stay open (a signature or
-    an import over several lines)."""
+    """Line `start` and the lines that continue it while its brackets stay open (a signature over
+    several lines)."""
     taken, depth = [], 0
     for i in range(start, min(len(lines), start + MAX_HEADER_LINES)):
         taken.append(i)
@@ -42,26 +39,15 @@ def _continued(lines: list[str], start: int) -> list[int]:
     return taken
 
 
-def scope_headers(lines: list[str], cursor: int) -> list[list[int]]:
-    """The headers of the scopes around line `cursor`, innermost first: each line above it that
-    is indented less than everything between, with its continuation lines."""
+def scope_header(lines: list[str], cursor: int) -> list[int]:
+    """The header of the innermost scope around line `cursor`: the nearest line above it indented
+    less, with its continuation lines; [] at the top level."""
     level = _indent(lines[cursor]) if lines[cursor].strip() else len(lines[cursor])
-    headers = []
-    for i in range(cursor - 1, -1, -1):
-        if level == 0:
-            break
+    for i in range(cursor - 1, -1, -1) if level else ():
         text = lines[i]
-        if not text.strip() or _indent(text) >= level or _CLOSER.match(text.lstrip()):
-            continue
-        level = _indent(text)
-        headers.append(_continued(lines, i))
-    return headers
-
-
-def imports(lines: list[str], before: int) -> list[list[int]]:
-    """The file's unindented import lines above line `before`, each with its continuation."""
-    return [_continued(lines, i) for i in range(before)
-            if lines[i] and not lines[i][0].isspace() and _IMPORT.match(lines[i])]
+        if text.strip() and _indent(text) < level and not _CLOSER.match(text.lstrip()):
+            return _continued(lines, i)
+    return []
 
 
 class _Picker:
@@ -100,12 +86,7 @@ def cold_prefix(prefix: str, tokenizer: Tokenizer, budget: int) -> str:
     picker = _Picker(lines, tokenizer, budget)
     picker.take([cursor], budget)
     picker.take_upwards(cursor - 1, int(budget * NEAR_SHARE))
-    allowance = int(budget * HEADER_SHARE)
-    for header in scope_headers(lines, cursor):
-        allowance -= max(0, picker.take(header, allowance))
-    allowance = int(budget * IMPORT_SHARE)
-    for group in imports(lines, cursor):
-        allowance -= max(0, picker.take(group, allowance))
+    picker.take(scope_header(lines, cursor), int(budget * HEADER_SHARE))
     nearest_gap = max((i for i in range(cursor) if i not in picker.chosen), default=-1)
     picker.take_upwards(nearest_gap, picker.left)
     return "\n".join(lines[i] for i in sorted(picker.chosen))
