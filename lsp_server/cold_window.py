@@ -43,7 +43,9 @@ def scope_header(lines: list[str], cursor: int) -> list[int]:
     """The header of the innermost scope around line `cursor`: the nearest line above it indented
     less, with its continuation lines; [] at the top level."""
     level = _indent(lines[cursor]) if lines[cursor].strip() else len(lines[cursor])
-    for i in range(cursor - 1, -1, -1) if level else ():
+    if level == 0:
+        return []
+    for i in range(cursor - 1, -1, -1):
         text = lines[i]
         if text.strip() and _indent(text) < level and not _CLOSER.match(text.lstrip()):
             return _continued(lines, i)

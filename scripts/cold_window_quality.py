@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from engine.api import Request
 from engine.engine import Engine
+from engine.loading.catalog import DEFAULT
 from lsp_server import postprocess
+from lsp_server.bench.machine import cpu_name
 from lsp_server.bench.pauses import walks
 from lsp_server.bench.quality import edit_similarity
 from lsp_server.bench.sources import find_sources
@@ -31,10 +34,10 @@ def cases(paths: list[Path], pauses: int, seed: int, suffix: bool) -> list[tuple
     out = []
     for walk in walks(find_sources(paths).files, pauses, seed):
         for line in walk.pauses:
-            code = walk.lines[line].lstrip()
-            indent = walk.lines[line][:len(walk.lines[line]) - len(code)]
+            text = walk.lines[line]
+            indent = text[:len(text) - len(text.lstrip())]
             after = "\n" + "\n".join(walk.lines[line + 1:]) if suffix else ""
-            out.append((walk.path.name, line, Cursor("\n".join(walk.lines[:line] + [indent]), after), code.strip()))
+            out.append((walk.path.name, line, Cursor("\n".join(walk.lines[:line] + [indent]), after), text.strip()))
     return out
 
 
@@ -50,7 +53,9 @@ def main() -> int:
     engine = Engine.load()
     stop = postprocess.stop_rule(False, "")
     chosen = cases(args.paths, args.pauses, args.seed, args.suffix)
-    report = {"paths": [str(p) for p in args.paths], "seed": args.seed, "suffix": args.suffix, "budgets": {}}
+    report = {"model": {"name": DEFAULT, "dtype": engine.dtype},
+              "machine": {"cpu": cpu_name(), "cores": os.cpu_count()},
+              "paths": [str(p) for p in args.paths], "seed": args.seed, "suffix": args.suffix, "budgets": {}}
     for budget in (int(b) for b in args.budgets.split(",")):
         rows = []
         for name, line, cursor, expected in chosen:
