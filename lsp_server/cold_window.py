@@ -8,6 +8,10 @@ a token budget, the lines that inform the cursor's line most, in the file's orde
 A budget here is what a CPU prefills in a second (50-200 tokens). Spent on the enclosing scopes'
 headers and the imports as well, it gave fewer first lines right than the nearest lines did
 (docs/context.md, "The cold window"): a model sees a file with gaps, and loses lines above.
+
+At the next spot below (the user wrote a line and paused again), the same window grows down to
+the new cursor (`grown_prompt`): its start is still in the KV cache, so only the new lines and
+the suffix are prefilled, where a window chosen afresh would cost the whole budget again.
 """
 from __future__ import annotations
 
@@ -80,10 +84,9 @@ class _Picker:
             allowance -= spent
 
 
-def cold_prefix(prefix: str, tokenizer: Tokenizer, budget: int) -> str:
-    """The lines of `prefix` (ending with the cursor's line) that inform its last line most,
+def cold_lines(lines: list[str], tokenizer: Tokenizer, budget: int) -> list[int]:
+    """Which of the prefix's `lines` (the last one the cursor's) inform its last line most,
     within `budget` tokens, in the file's order."""
-    lines = prefix.split("\n")
     cursor = len(lines) - 1
     picker = _Picker(lines, tokenizer, budget)
     picker.take([cursor], budget)
@@ -91,17 +94,42 @@ def cold_prefix(prefix: str, tokenizer: Tokenizer, budget: int) -> str:
     picker.take(scope_header(lines, cursor), int(budget * HEADER_SHARE))
     nearest_gap = max((i for i in range(cursor) if i not in picker.chosen), default=-1)
     picker.take_upwards(nearest_gap, picker.left)
-    return "\n".join(lines[i] for i in sorted(picker.chosen))
+    return sorted(picker.chosen)
 
 
-def cold_prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int) -> str | list[int]:
-    """The prompt of about `tokens` tokens at `cursor`: FIM where the tokenizer has it, no other
-    files."""
+def cold_prefix(prefix: str, tokenizer: Tokenizer, budget: int) -> str:
+    """The text of `cold_lines`: the prefix's lines that inform the cursor's most."""
+    lines = prefix.split("\n")
+    return "\n".join(lines[i] for i in cold_lines(lines, tokenizer, budget))
+
+
+def _prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int, choose) -> tuple[str | list[int], tuple[int, ...]]:
+    """A prompt of the prefix's lines that `choose(lines, budget)` picks and, with FIM, about a
+    fifth of `tokens` of suffix; and the line numbers it shows."""
+    lines = cursor.prefix.split("\n")
     if tokenizer.fim is None:
-        return cold_prefix(cursor.prefix, tokenizer, tokens)
+        shown = choose(lines, tokens)
+        return "\n".join(lines[i] for i in shown), tuple(shown)
     suffix = suffix_window(cursor.suffix, tokenizer, int(tokens * SUFFIX_SHARE))
-    prefix = cold_prefix(cursor.prefix, tokenizer, max(32, tokens - len(tokenizer.encode(suffix))))
-    return fim_prompt(tokenizer, prefix, suffix)
+    shown = choose(lines, max(32, tokens - len(tokenizer.encode(suffix))))
+    return fim_prompt(tokenizer, "\n".join(lines[i] for i in shown), suffix), tuple(shown)
+
+
+def cold_prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int) -> tuple[str | list[int], tuple[int, ...]]:
+    """The prompt of about `tokens` tokens at `cursor`: FIM where the tokenizer has it, no other
+    files; and the lines of the prefix it shows (for `grown_prompt` at a later spot)."""
+    return _prompt(cursor, tokenizer, tokens, lambda lines, budget: cold_lines(lines, tokenizer, budget))
+
+
+def grown_prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int, shown: tuple[int, ...]
+                 ) -> tuple[str | list[int], tuple[int, ...]] | None:
+    """The cold window that showed lines `shown` at an earlier spot, grown down to the cursor's
+    line (every line after them), with the suffix at the cursor; None where the cursor's line is
+    above the last line it showed (another spot: a window chosen afresh)."""
+    line = cursor.prefix.count("\n")
+    if not shown or line < shown[-1]:
+        return None
+    return _prompt(cursor, tokenizer, tokens, lambda lines, budget: [*shown[:-1], *range(shown[-1], line + 1)])
 
 
 def _line_end_at_or_before(tokens: list[int], start: int, cut: int, tokenizer: Tokenizer) -> int:

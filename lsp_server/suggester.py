@@ -18,7 +18,7 @@ from engine.stats import Stats
 from lsp_server import postprocess
 from lsp_server.context import (
     WINDOW_STEP_LINES, Block, Budget, Cursor, build_prompt, fit, neighbourhood, similar_snippets)
-from lsp_server.cold_window import cold_prompt, warm_start
+from lsp_server.cold_window import cold_prompt, grown_prompt, warm_start
 from lsp_server.documents import Documents
 from lsp_server.options import Settings
 from lsp_server.repo_context import choose, names_near
@@ -102,6 +102,8 @@ class Suggester:
         self.budget = budget
         self._context: dict[str, tuple[tuple, list[Block]]] = {}  # uri -> (what it was chosen for, blocks)
         self._auto_window: int | None = None  # chosen once: a window that moved would empty the cache
+        # The last cold window: the document's path in prompts, and the lines it showed.
+        self._cold: tuple[str, tuple[int, ...]] | None = None
 
     def forget(self, uri: str) -> None:
         self._context.pop(uri, None)
@@ -140,7 +142,10 @@ class Suggester:
         one had to be shortened (None when it is the full one): a cold 2k-token file on a slow
         CPU would otherwise wait a long time for its first suggestion. The window is
         `settings.windowTokens` long (null: `auto_window` of this machine's prefill rate), and a
-        request may prefill for `settings.coldPrefillMs` (0: as long as the full window takes)."""
+        request may prefill for `settings.coldPrefillMs` (0: as long as the full window takes).
+        Shortened, in this order: the last cold window of the document grown down to the cursor
+        (while it prefills in time and stays shorter than the full prompt), the cached start of
+        the full prompt with a cold window of the rest, a cold window."""
         engine, name = self.engine, self.documents.repository.name
         budget = replace(self.budget, prefix_tokens=self.window_tokens(settings))
         full = build_prompt(cursor, engine.tokenizer, engine.max_len, blocks, budget, path, name)
@@ -148,8 +153,18 @@ class Suggester:
         if not allowed_s or engine.prefill_seconds(full) <= allowed_s:
             return full, None
         fits = int(engine.prefill_tokens_per_s() * allowed_s)
+        if self._cold is not None and self._cold[0] == path:
+            grown = grown_prompt(cursor, engine.tokenizer, fits, self._cold[1])
+            if (grown is not None and engine.prefill_seconds(grown[0]) <= allowed_s
+                    and len(engine.prompt_tokens(grown[0])) <= len(engine.prompt_tokens(full))):
+                self._cold = path, grown[1]
+                return grown[0], full
         warm = warm_start(full, engine.cached_tokens(full), cursor, engine.tokenizer, fits)
-        return (cold_prompt(cursor, engine.tokenizer, fits) if warm is None else warm), full
+        if warm is not None:
+            return warm, full
+        prompt, shown = cold_prompt(cursor, engine.tokenizer, fits)
+        self._cold = path, shown
+        return prompt, full
 
     def prefill(self, plan: Plan, settings: Settings, cancel: threading.Event) -> bool:
         """Prefill the full window's prompt for `plan` ahead of a request (call on the model

@@ -59,7 +59,7 @@ def main() -> int:
     for budget in (int(b) for b in args.budgets.split(",")):
         rows = []
         for name, line, cursor, expected in chosen:
-            text = engine.complete(cold_prompt(cursor, engine.tokenizer, budget), Request(48, stop)).text
+            text = engine.complete(cold_prompt(cursor, engine.tokenizer, budget)[0], Request(48, stop)).text
             got = text.split("\n", 1)[0].strip()
             rows.append({"path": name, "line": line, "expected": expected, "got": got,
                          "exact": got == expected, "similarity": round(edit_similarity(got, expected), 4)})

@@ -407,6 +407,33 @@ def test_a_window_prefilled_where_the_cursor_rests_serves_the_first_request_belo
     assert not suggester.prefill(rests, settings, cancelled) and engine.cached_tokens(prompt) == 0
 
 
+def test_the_next_line_grows_the_cold_window_instead_of_choosing_one_again(fp32_engine, monkeypatch):
+    """Written line by line with a pause on each new line: the cold window of the first pause
+    grows down to the next one, so its start stays cached and only the new line is prefilled;
+    a spot above it gets a window chosen afresh."""
+    engine = fp32_engine
+    monkeypatch.setattr(engine, "calibration", dataclasses.replace(engine.calibration, prefill_tokens_per_s=150.0))
+    monkeypatch.setattr(engine.target, "prefilled", (0, 0.0))  # no rate measured yet: calibration's
+    text = stdlib_text("textwrap.py")
+    at = text.index("\n        lines = []\n")  # inside TextWrapper._wrap_chunks
+    written, line = text[:at + 1], "        lines = []\n"
+    suggester = Suggester(engine, Documents())
+    engine.forget_cache()
+    first, full = suggester.prompt_for(Cursor(written + "        ", ""), [])
+    assert full is not None
+    engine.prefill(engine.prompt_tokens(first))  # what the first pause's request prefills
+    below = Cursor(written + line + "        ", "")
+    grown, full_below = suggester.prompt_for(below, [])
+    assert full_below is not None and grown != full_below
+    assert grown.startswith(first.rstrip(" ")) and grown.endswith(line + "        ")
+    assert engine.cached_tokens(grown) >= len(engine.prompt_tokens(first)) - 2  # all but the edge
+    assert engine.prefill_seconds(grown) < COLD_PREFILL_S / 4
+    # a spot above the first one: not a continuation, chosen afresh within the budget
+    above = Cursor(text[:text.index("\nclass TextWrapper:") + 1], "")
+    fresh, _ = suggester.prompt_for(above, [])
+    assert not fresh.startswith(first.rstrip(" ")) and engine.prefill_seconds(fresh) <= COLD_PREFILL_S
+
+
 def test_an_unusable_cache_directory_costs_time_not_the_model(tmp_path, monkeypatch):
     """A read-only or broken cache location: nothing is kept, everything still loads."""
     blocker = tmp_path / "not-a-directory"
