@@ -16,6 +16,7 @@ the suffix are prefilled, where a window chosen afresh would cost the whole budg
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 
 from engine.tokenization.tokenizer import Tokenizer
 from lsp_server.context import Cursor, fim_prompt, suffix_window
@@ -103,7 +104,8 @@ def cold_prefix(prefix: str, tokenizer: Tokenizer, budget: int) -> str:
     return "\n".join(lines[i] for i in cold_lines(lines, tokenizer, budget))
 
 
-def _prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int, choose) -> tuple[str | list[int], tuple[int, ...]]:
+def _prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int, choose: Callable[[list[str], int], Sequence[int]]
+            ) -> tuple[str | list[int], tuple[int, ...]]:
     """A prompt of the prefix's lines that `choose(lines, budget)` picks and, with FIM, about a
     fifth of `tokens` of suffix; and the line numbers it shows."""
     lines = cursor.prefix.split("\n")

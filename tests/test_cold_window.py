@@ -108,3 +108,22 @@ def test_warm_start_keeps_cached_other_files_before_a_cold_window(small_tokenize
     assert prompt[:len(head) + 1] == full[:len(head) + 1]
     assert "value_199 = compute(199)\n" in tok.decode(prompt[len(head) + 1:])
     assert warm_start(full, len(head) - 1, cursor, tok, 100) is None  # not even the other file whole
+
+
+def test_a_cold_window_grows_down_to_a_cursor_below_it(small_tokenizer):
+    from lsp_server.cold_window import cold_prompt, grown_prompt
+    from lsp_server.context import Cursor
+
+    tok = _qwen_like(small_tokenizer)
+    lines = SOURCE.split("\n")
+    first, shown = cold_prompt(Cursor(SOURCE, "\n        return filler\n"), tok, 200)
+    assert shown[-1] == len(lines) - 1 and tok.decode(first).endswith("return filler\n")
+    written = SOURCE + "filler += 60\n        filler += 61\n        "
+    grown, grown_shown = grown_prompt(Cursor(written, "\n        return filler\n"), tok, 200, shown)
+    assert grown_shown == (*shown, len(lines), len(lines) + 1)  # the same lines, then every new one
+    assert tok.decode(grown).startswith(tok.decode(first).split("filler += 59")[0])  # the same start
+    assert "filler += 60\n        filler += 61\n        " in tok.decode(grown)
+    assert "def area(self," in tok.decode(grown)  # the header it showed stays
+    # a cursor above the line it grew from: another spot, no growing
+    above = SOURCE[:SOURCE.index("        filler += 30")] + "        "
+    assert grown_prompt(Cursor(above, ""), tok, 200, shown) is None
