@@ -168,6 +168,15 @@ ALWAYS_INLINE void kblock(float *acc, __m256i ia[][TILE_TOKENS], const int16_t *
     }
   }
   for (int i = (one ? 2 : 1) * P; i < n; i++) v[i] = _mm256_setzero_si256();
+  if (one && R == 4) { /* plain decoding's tile: I in the low four lanes, M in the high four */
+    const __m256i sums = totals8(v);
+    const __m128 scale = _mm_set1_ps(s[0]);
+    __m128 rows = _mm_loadu_ps(acc);
+    rows = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm256_castsi256_si128(sums)), _mm_mul_ps(_mm_loadu_ps(d), scale), rows);
+    rows = _mm_fnmadd_ps(_mm_cvtepi32_ps(_mm256_extracti128_si256(sums, 1)), _mm_mul_ps(_mm_loadu_ps(dmin), scale), rows);
+    _mm_storeu_ps(acc, rows); /* kfold's steps, lane for lane, without the sums' trip through memory */
+    return;
+  }
   for (int i = 0; i < n; i += 8) _mm256_store_si256((__m256i *)(totals + i), totals8(v + i));
   const __m256 rows_d = _mm256_loadu_ps(d), rows_dmin = _mm256_loadu_ps(dmin), tokens_s = _mm256_loadu_ps(s);
   for (int i = 0; i < P; i += 8) {
