@@ -152,6 +152,12 @@ ALWAYS_INLINE __m256i unit_ints(const int16_t *pair) {
                                                                        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
 }
 
+/* unit_ints for a K-quant format: Q4_K's and Q5_K's two are one scale per 32 columns, stored
+   twice, so one broadcast does. */
+ALWAYS_INLINE __m256i format_unit_ints(int format, const int16_t *pair) {
+  return format == Q6_K ? unit_ints(pair) : _mm256_set1_epi16(pair[0]);
+}
+
 /* The levels of the k-th 32 columns of the block at b. */
 ALWAYS_INLINE __m256i read_levels(int format, const uint8_t *b, int k) {
   switch (format) {

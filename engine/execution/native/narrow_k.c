@@ -30,7 +30,7 @@ ALWAYS_INLINE void fused_ktile(const Part *p, int format, int K, const Acts *a, 
         for (int t = 0; t < C; t++) ia[r][t] = _mm256_setzero_si256();
 #pragma GCC unroll 4 /* k constant in each copy: the levels' reads are known */
         for (int k = 4 * half; k < 4 * half + 4; k++) {
-          const __m256i levels = read_levels(format, b[r], k), ints = unit_ints(s[r].ints + 2 * k);
+          const __m256i levels = read_levels(format, b[r], k), ints = format_unit_ints(format, s[r].ints + 2 * k);
           for (int t = 0; t < C; t++) {
             const __m256i q = _mm256_load_si256((const __m256i *)(a->kq + (size_t)token[t] * K + j + 32 * k));
             ia[r][t] = idot(ia[r][t], levels, q, ints);
