@@ -153,10 +153,11 @@ class Suggester:
         if not allowed_s or engine.prefill_seconds(full) <= allowed_s:
             return full, None
         fits = int(engine.prefill_tokens_per_s() * allowed_s)
-        if self._cold is not None and self._cold[0] == path:
-            grown = grown_prompt(cursor, engine.tokenizer, fits, self._cold[1])
-            if (grown is not None and engine.prefill_seconds(grown[0]) <= allowed_s
-                    and len(engine.prompt_tokens(grown[0])) <= len(engine.prompt_tokens(full))):
+        last = self._cold[1] if self._cold is not None and self._cold[0] == path else ()
+        grown = grown_prompt(cursor, engine.tokenizer, fits, last)
+        if grown is not None:
+            tokens = engine.prompt_tokens(grown[0])
+            if len(tokens) <= len(engine.prompt_tokens(full)) and engine.prefill_seconds(tokens) <= allowed_s:
                 self._cold = path, grown[1]
                 return grown[0], full
         warm = warm_start(full, engine.cached_tokens(full), cursor, engine.tokenizer, fits)

@@ -150,41 +150,50 @@ ALWAYS_INLINE __m256i row_mins(const int32_t *pairs, const int16_t *mints) {
    its vectors one pair (r * C + t): ia[r][t] holds I in 8 lanes; each row's 8 integer mins of
    the block at mints[r], its d and dmin at d[r], dmin[r] (8 readable); the tokens' a->qsums
    rows token[t]; `pairs` and `s`, the tile's first token's block_qsums and block_scales in the
-   block (8 tokens readable); acc[r * C + t] gets kfold. M comes from the 16-column sums of each
-   token (one token: one vpmaddwd per row, in the lane sums with I) or of 8 tokens at once. */
+   block (8 tokens readable); acc[r * C + t] gets kfold. One token (plain decoding's tile):
+   each row's M from one vpmaddwd, in one lane sum with the rows' I, folded in registers; more
+   tokens: M from the 16-column sums of 8 tokens at once. */
 ALWAYS_INLINE void kblock(float *acc, __m256i ia[][TILE_TOKENS], const int16_t *const mints[], const float *d,
                           const float *dmin, const Acts *a, const int *token, const int32_t *pairs, const float *s,
                           int R, int C, int b) {
-  const int P = R * C, S = sums_per_row(a->cols), one = C == 1, n = ((one ? 2 : 1) * P + 7) / 8 * 8;
-  __m256i v[2 * PAIRS + 8], by_token[FUSED_ROWS] /* ROWS <= FUSED_ROWS */;
-  int32_t totals[2 * PAIRS + 8] __attribute__((aligned(32)));
-  for (int r = 0; r < R; r++) {
-    for (int t = 0; t < C; t++) v[r * C + t] = ia[r][t];
-    if (one) {
-      const __m128i qsums = _mm_load_si128((const __m128i *)(a->qsums + (size_t)token[0] * S + 8 * b));
-      v[P + r] = _mm256_zextsi128_si256(_mm_madd_epi16(_mm_loadu_si128((const __m128i *)mints[r]), qsums));
-    } else {
-      by_token[r] = row_mins(pairs, mints[r]);
+  const int P = R * C;
+  __m256i v[PAIRS + 8];
+  if (C == 1) {
+    _Static_assert(FUSED_ROWS_1 <= 4 && ROWS <= 4, "a one-token tile's I and M fill one lane sum");
+    const int16_t *sums16 = a->qsums + (size_t)token[0] * sums_per_row(a->cols) + 8 * b;
+    const __m128i qsums = _mm_load_si128((const __m128i *)sums16);
+    for (int r = 0; r < R; r++) {
+      v[r] = ia[r][0];
+      v[R + r] = _mm256_zextsi128_si256(_mm_madd_epi16(_mm_loadu_si128((const __m128i *)mints[r]), qsums));
     }
-  }
-  for (int i = (one ? 2 : 1) * P; i < n; i++) v[i] = _mm256_setzero_si256();
-  if (one && R == 4) { /* plain decoding's tile: I in the low four lanes, M in the high four */
-    const __m256i sums = totals8(v);
+    for (int i = 2 * R; i < 8; i++) v[i] = _mm256_setzero_si256();
+    const __m256i sums = totals8(v); /* lanes 0..R-1: the rows' I; R..2R-1: their M */
+    const __m128i I = _mm256_castsi256_si128(sums);
+    const __m256i at_m = _mm256_setr_epi32(R, R + 1, R + 2, R + 3, 0, 0, 0, 0);
+    const __m128i M = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(sums, at_m));
     const __m128 scale = _mm_set1_ps(s[0]);
-    __m128 rows = _mm_loadu_ps(acc);
-    rows = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm256_castsi256_si128(sums)), _mm_mul_ps(_mm_loadu_ps(d), scale), rows);
-    rows = _mm_fnmadd_ps(_mm_cvtepi32_ps(_mm256_extracti128_si256(sums, 1)), _mm_mul_ps(_mm_loadu_ps(dmin), scale), rows);
-    _mm_storeu_ps(acc, rows); /* kfold's steps, lane for lane, without the sums' trip through memory */
+    __m128 rows = _mm_loadu_ps(acc); /* kfold's steps, lane for lane (lanes past R: d and dmin 0, unread) */
+    rows = _mm_fmadd_ps(_mm_cvtepi32_ps(I), _mm_mul_ps(_mm_loadu_ps(d), scale), rows);
+    rows = _mm_fnmadd_ps(_mm_cvtepi32_ps(M), _mm_mul_ps(_mm_loadu_ps(dmin), scale), rows);
+    _mm_storeu_ps(acc, rows);
     return;
   }
+  const int n = (P + 7) / 8 * 8;
+  __m256i by_token[FUSED_ROWS] /* ROWS <= FUSED_ROWS */;
+  int32_t totals[PAIRS + 8] __attribute__((aligned(32)));
+  for (int r = 0; r < R; r++) {
+    for (int t = 0; t < C; t++) v[r * C + t] = ia[r][t];
+    by_token[r] = row_mins(pairs, mints[r]);
+  }
+  for (int i = P; i < n; i++) v[i] = _mm256_setzero_si256();
   for (int i = 0; i < n; i += 8) _mm256_store_si256((__m256i *)(totals + i), totals8(v + i));
   const __m256 rows_d = _mm256_loadu_ps(d), rows_dmin = _mm256_loadu_ps(dmin), tokens_s = _mm256_loadu_ps(s);
   for (int i = 0; i < P; i += 8) {
     int row[8], tok[8];
     for (int l = 0; l < 8; l++) row[l] = i + l < P ? (i + l) / C : 0, tok[l] = i + l < P ? (i + l) % C : 0;
     const __m256i at_row = _mm256_loadu_si256((const __m256i *)row), at_token = _mm256_loadu_si256((const __m256i *)tok);
-    __m256i M = _mm256_loadu_si256((const __m256i *)(totals + P + i));
-    for (int r = i / C; r < R && r * C < i + 8 && !one; r++) { /* lanes of row r: its M by token */
+    __m256i M = _mm256_setzero_si256();
+    for (int r = i / C; r < R && r * C < i + 8; r++) { /* lanes of row r: its M by token */
       int lanes = 0;
       for (int l = 0; l < 8; l++) lanes |= row[l] == r && i + l < P ? 1 << l : 0;
       const __m256i mine = _mm256_permutevar8x32_epi32(by_token[r], at_token);
