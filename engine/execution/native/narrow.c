@@ -21,14 +21,13 @@ ALWAYS_INLINE void fused_tile(const Part *p, int format, int K, const Acts *a, i
     for (int t = 0; t < C; t++) acc[r][t] = part[r][t] = _mm256_setzero_ps();
     for (int i = K / 16; i < S; i++) mins[r][i] = 0;
   }
-  const size_t ahead = 2 * (size_t)R * p->row_bytes; /* the next rows: fetched while these are multiplied */
   /* Rows interleaved block by block (independent chains for the out-of-order core); 4 blocks
      make an activation block. */
   for (int j0 = 0; j0 < K; j0 += ACT_BLOCK) {
 #pragma GCC unroll 4
     for (int j = j0; j < j0 + ACT_BLOCK; j += 32) {
       if (j >= K) break;
-      prefetch_rows(p, format, n, R, j, ahead);
+      prefetch_rows(p, format, n, R, C, j);
       for (int r = 0; r < R; r++) {
         const uint8_t *b = block_at(p, format, n + r, j);
         Scales s;

@@ -10,9 +10,8 @@ ALWAYS_INLINE void fused_ktile(const Part *p, int format, int K, const Acts *a, 
   float acc[PAIRS8] = {0};
   int token[TILE_TOKENS];
   for (int t = 0; t < C; t++) token[t] = t < T ? t : T - 1;
-  const size_t ahead = 2 * (size_t)R * p->row_bytes;
   for (int j = 0; j < K; j += 256) {
-    prefetch_rows(p, format, n, R, j, ahead);
+    prefetch_rows(p, format, n, R, C, j);
     Scales s[FUSED_ROWS];
     const uint8_t *b[FUSED_ROWS];
     float d[8] = {0}, dmin[8] = {0};
