@@ -401,10 +401,10 @@ typedef struct {
 } Worker;
 
 /* Rows per chunk of a product of `rows` rows: twice CHUNK_ROWS where that still leaves each
-   thread four chunks or more. Each chunk starts a prefetch stream afresh (narrow.h), so fewer
-   of them cost less: on two threads the 1.5B's one- and four-token passes took about 5% less
-   time with 128 rows than with 64; with many threads, a product of few rows keeps enough chunks
-   to share out. */
+   thread four chunks or more. A chunk's first tiles were prefetched (narrow.h) by whichever
+   thread took the chunk before it, into that thread's caches, so fewer chunks cost less: on two
+   threads the 1.5B's one- and four-token passes took about 5% less time with 128 rows than with
+   64; with many threads, a product of few rows keeps enough chunks to share out. */
 static int chunk_rows(const Pass *p, int rows) {
   return rows >= 4 * p->threads * 2 * CHUNK_ROWS ? 2 * CHUNK_ROWS : CHUNK_ROWS;
 }
