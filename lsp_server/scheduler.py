@@ -3,7 +3,11 @@
 - A new request for a document cancels the job in flight for it (editors such as Neovim 0.12
   do not cancel on keystrokes), unless that job computes the same spot: then it joins it.
 - A job nobody waits for any more (its request answered at the time budget) goes on in the
-  background, so the next request at that spot gets the whole line; any new job cancels it.
+  background, so the next request at that spot gets the whole line; any new request cancels it.
+- Background work comes in two kinds: work a client will wait for (a next-edit prediction),
+  which waits its turn behind suggestions, and idle work (a window prefilled ahead), which any
+  other job cancels: it only guesses, and queued ahead of a next edit it would hold it up for as
+  long as the prefill takes.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     prefilled: asyncio.Event = field(default_factory=asyncio.Event)  # decoding has begun
     background: bool = False  # its request was answered; nobody waits for it
+    idle: bool = False  # idle work: any other job cancels it
 
     def mark_prefilled(self) -> None:
         """Callable from the model thread."""
@@ -64,21 +69,23 @@ class Scheduler:
         return live is not None and not live.background and not live.cancel.is_set()
 
     def submit(self, key: str, spot: Hashable, fn: Callable[[Job], Any],
-               background: bool = False) -> tuple[Job, bool]:
+               background: bool = False, idle: bool = False) -> tuple[Job, bool]:
         """The live job for `key` at `spot` (joined), or a new job running `fn(job)` on the
-        model thread; returns (job, created). A new job cancels the other job for `key`, and a
-        new request's job every background job: `fn` should watch `job.cancel` and return early."""
+        model thread; returns (job, created). A new job cancels the other job for `key`, a new
+        request's job every background job, and any job that is not idle every idle one (`idle`:
+        background work that only guesses): `fn` should watch `job.cancel` and return early."""
+        background = background or idle
         live = self._live.get(key)
         if live is not None and live.spot == spot and not live.cancel.is_set():
-            live.background = background
+            live.background, live.idle = background, idle
             return live, False
         for job in list(self._live.values()):
             # Background work (a next-edit prediction, a prefill) waits its turn: it never cancels
             # a suggestion that is still being written for a request.
-            if job.key == key or (job.background and not background):
+            if job.key == key or (job.background and not background) or (job.idle and not idle):
                 job.cancel.set()
         loop = asyncio.get_running_loop()
-        job = Job(key, spot, loop.create_future(), background=background)
+        job = Job(key, spot, loop.create_future(), background=background, idle=idle)
         work = loop.run_in_executor(self._worker, lambda: None if job.cancel.is_set() else fn(job))
         self._live[key] = job
 

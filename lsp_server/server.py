@@ -237,7 +237,7 @@ class DraftlineServer(LanguageServer):
         if plan is None:
             return
         job, created = self.scheduler.submit(uri, ("prefetch", plan.cursor.prefix),
-                                             lambda job: suggester.prefill(plan, settings, job.cancel), background=True)
+                                             lambda job: suggester.prefill(plan, settings, job.cancel), idle=True)
         if created:
             job.future.add_done_callback(self._prefetched)
 
@@ -251,7 +251,7 @@ class DraftlineServer(LanguageServer):
         def extend() -> None:
             if (self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine) == (arrivals, rests, engine):
                 self.scheduler.submit(uri, ("extend", id(prompt)), lambda job: engine.prefill(
-                    engine.prompt_tokens(prompt), job.cancel), background=True)
+                    engine.prompt_tokens(prompt), job.cancel), idle=True)
 
         asyncio.get_running_loop().call_later(EXTEND_IDLE_S, extend)
 
