@@ -5,6 +5,7 @@ import tarfile
 from pathlib import Path
 
 from lsp_server.bench.edit_cases import sdist_cases
+from lsp_server.bench.next_edit_pauses import before_edit
 from lsp_server.bench.next_edits import apply_edit, is_next_edit, is_right, region_similarity, window_release
 from lsp_server.next_edit import NextEdit, Position
 
@@ -35,6 +36,7 @@ def test_cases_from_two_releases(tmp_path):
     assert case.edits[0].after == "    return join_path(path, 'a')" and case.next_line == 6
     assert "join_path(path, 'a')" in case.text and "os.path.join(path, 'b')" in case.text
     assert [c.next_line for c in none_due] == [None] and none_due[0].text == SINGLE_NEW
+    assert before_edit(case) == OLD and before_edit(none_due[0]) == SINGLE_OLD  # as the server is first shown it
 
     # Exact: the next hunk, alone or with the one after; not: nothing, or a change the release does not make.
     assert is_next_edit(case, window_release(case))

@@ -75,6 +75,9 @@ def add_parser(sub) -> None:
     p.add_argument("--next-edit", action="append", default=[], metavar="PACKAGE==OLD,NEW",
                    help="instead, the next-edit workload: real repeated edits between two releases of a package "
                         "(sdists fetched with pip), --tasks of them and as many no-edit-due cases")
+    p.add_argument("--through-server", action="store_true",
+                   help="with --next-edit: also ask each case through the stdio server as Neovim asks it (an "
+                        "inline request at the pause, the next edit 600 ms later), timed from the pause")
     p.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     p.add_argument("--plot", type=Path, default=None, help="draw latency per mode to this .png")
 
@@ -196,6 +199,8 @@ def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> di
 def run(args: argparse.Namespace) -> int:
     if args.next_edit:
         return next_edits.run(args)
+    if args.through_server:
+        raise _fail("--through-server is for the next-edit workload: give --next-edit")
     if min(args.tasks, args.quality, args.pauses) < 0 or args.max_new_tokens < 1 or \
             args.tasks + args.quality + args.pauses == 0:
         raise _fail("--tasks, --quality and --pauses must be at least 0, one of them positive; "

@@ -18,6 +18,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +27,13 @@ from engine.api import CompletionEngine
 from engine.errors import EngineError
 from engine.loading.user_cache import cache_dir
 from lsp_server.bench.edit_cases import EditCase, Hunk, apply, hunks, sdist_cases
+from lsp_server.bench.next_edit_pauses import Served, run_served
 from lsp_server.bench.quality import edit_similarity
 from lsp_server.documents import Documents
 from lsp_server.edit_history import changed_span
 from lsp_server.engines import open_engine
 from lsp_server.next_edit import NextEdit, predict, window_at
-from lsp_server.options import BY_NAME, model_settings
+from lsp_server.options import BY_NAME, model_flags, model_settings
 
 
 @dataclass(frozen=True)
@@ -125,14 +127,43 @@ def summarize(results: list[EditResult]) -> dict:
     }
 
 
-def format_summary(numbers: dict) -> str:
-    def pct(x):
-        return "-" if x is None else f"{x:.0%}"
+def summarize_served(cases: list[EditCase], served: list[Served]) -> dict:
+    """The cases asked through the server: rightness as in-process, times from the pause."""
+    def exact(case: EditCase, edit: NextEdit | None) -> bool:
+        if case.next_line is None:
+            return edit is None
+        return edit is not None and is_next_edit(case, apply_edit(case.text, edit))
 
-    return (f"next edit: {numbers['repeated_cases']} repeated-edit cases, exact {pct(numbers['exact_next_edit'])} "
-            f"(an edit the release makes: {pct(numbers['right_edit'])}), "
+    due = [exact(c, s.edit) for c, s in zip(cases, served) if c.next_line is not None]
+    shown_none_due = [s.edit is not None for c, s in zip(cases, served) if c.next_line is None]
+    times = [s.edit_s for s in served]
+    return {
+        "exact_next_edit": sum(due) / len(due) if due else None,
+        "shown_when_none_due": sum(shown_none_due) / len(shown_none_due) if shown_none_due else None,
+        "p50_from_pause_s": statistics.median(times) if times else None,
+        "p90_from_pause_s": statistics.quantiles(times, n=10)[-1] if len(times) > 1 else None,
+        "inline_p50_s": statistics.median(s.inline_s for s in served) if served else None,
+        "cases": [{"name": c.name, "exact": exact(c, s.edit), "shown": s.edit is not None,
+                   "inline_s": round(s.inline_s, 3), "edit_s": round(s.edit_s, 3)} for c, s in zip(cases, served)],
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def format_served(numbers: dict) -> str:
+    return (f"next edit through the server, asked as Neovim asks: exact {_pct(numbers['exact_next_edit'])}, "
+            f"an edit shown when none is due in {_pct(numbers['shown_when_none_due'])}; from the pause p50 "
+            f"{numbers['p50_from_pause_s'] or 0:.1f} s, p90 {numbers['p90_from_pause_s'] or 0:.1f} s "
+            f"(the pause's inline answer first: p50 {numbers['inline_p50_s'] or 0:.1f} s)")
+
+
+def format_summary(numbers: dict) -> str:
+    return (f"next edit: {numbers['repeated_cases']} repeated-edit cases, exact {_pct(numbers['exact_next_edit'])} "
+            f"(an edit the release makes: {_pct(numbers['right_edit'])}), "
             f"edit similarity {numbers['edit_similarity'] or 0:.2f}; {numbers['no_edit_due_cases']} no-edit-due cases, "
-            f"an edit shown in {pct(numbers['shown_when_none_due'])}; p50 {numbers['p50_s'] or 0:.1f} s; "
+            f"an edit shown in {_pct(numbers['shown_when_none_due'])}; p50 {numbers['p50_s'] or 0:.1f} s; "
             f"{numbers['tokens_per_target_pass'] or 0:.2f} tokens per target pass")
 
 
@@ -190,7 +221,14 @@ def run(args: argparse.Namespace) -> int:
         results.append(score_case(engine, documents, case, mode))
         print(f"lsp_server bench: next edit {i}/{len(cases)} {case.name}", file=sys.stderr)
     numbers = summarize(results) | {"mode": mode, "cases": [dataclasses.asdict(r) for r in results]}
-    sys.stdout.write(format_summary(numbers) + "\n")  # the report is the command's output
+    report = format_summary(numbers)
+    if args.through_server:
+        with tempfile.TemporaryDirectory() as root:
+            served = run_served([sys.executable, "-m", "lsp_server.cli", "--stdio", *model_flags(args)],
+                                Path(root), cases)
+        numbers["through_server"] = summarize_served(cases, served)
+        report += "\n" + format_served(numbers["through_server"])
+    sys.stdout.write(report + "\n")  # the report is the command's output
     if args.json is not None:
         args.json.write_text(json.dumps(numbers, indent=1) + "\n")
     return 0

@@ -133,11 +133,15 @@ class DraftlineEditor:
             "uri": uri, "languageId": "python", "version": 1, "text": text}})
 
     def insert(self, line: int, character: int, text: str) -> None:
+        self.replace((line, character), (line, character), text)
+
+    def replace(self, start: tuple[int, int], end: tuple[int, int], text: str) -> None:
+        """Replace the document's (line, character) range [start, end) with `text`."""
         self.version += 1
-        at = {"line": line, "character": character}
         self.client.notify("textDocument/didChange", {
             "textDocument": {"uri": self.uri, "version": self.version},
-            "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]})
+            "contentChanges": [{"range": {"start": {"line": start[0], "character": start[1]},
+                                          "end": {"line": end[0], "character": end[1]}}, "text": text}]})
 
     def ask(self, lines: list[str], line: int, column: int) -> tuple[str, str, int | None]:
         """What was shown, whether it came from the full window, and that window's tokens."""
