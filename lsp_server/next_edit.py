@@ -303,7 +303,8 @@ def _rewrite_stop(shown: Shown):
     return stop
 
 
-def _utf16(s: str) -> int:
+def utf16_units(s: str) -> int:
+    """Length in UTF-16 code units, as LSP positions count."""
     return len(s.encode("utf-16-le")) // 2
 
 
@@ -317,7 +318,7 @@ def smallest_edit(window: Window, rewrite: str) -> NextEdit | None:
 
     def position(offset: int) -> Position:
         line_start = old.rfind("\n", 0, offset) + 1
-        return Position(window.first + old.count("\n", 0, offset), _utf16(old[line_start:offset]))
+        return Position(window.first + old.count("\n", 0, offset), utf16_units(old[line_start:offset]))
 
     return NextEdit(position(start), position(old_end), rewrite[start:new_end])
 

@@ -23,6 +23,9 @@ def test_cases_through_the_server(tmp_path):
     served = run_served([sys.executable, "-m", "lsp_server.cli", "--stdio", "--model", SMALL, "--threads", "2"],
                         root, cases)
     assert len(served) == 2
+    # The small model proposes an edit for the repeated case: the request reached the server for the
+    # document's version after the edit (an answer for another version would be null).
+    assert served[0].edit is not None
     for s in served:  # the next edit is asked NEOVIM_DELAY_S into the pause, and answered after it
         assert 0 < s.inline_s and NEOVIM_DELAY_S <= s.edit_s < 120
     numbers = summarize_served(cases, served)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lsp_server.bench.edit_cases import EditCase
 from lsp_server.bench.pauses import DraftlineEditor
-from lsp_server.next_edit import NextEdit, Position
+from lsp_server.next_edit import NextEdit, Position, utf16_units
 
 MOVE_S = 1.5
 NEOVIM_DELAY_S = 0.6
@@ -30,37 +30,27 @@ class Served:
     edit_s: float  # from the pause to the next-edit answer
 
 
-def _units(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
 def before_edit(case: EditCase) -> str:
     """The case's document as it was before its last edit."""
     edit, lines = case.edits[-1], case.text.split("\n")
     return "\n".join(lines[:edit.line] + edit.before.split("\n") + lines[edit.line + edit.after.count("\n") + 1:])
 
 
-def _send(editor: DraftlineEditor, method: str, params: dict) -> int:
-    msg_id = next(editor.ids)
-    editor.client.send({"id": msg_id, "method": method, "params": params})
-    return msg_id
-
-
 def serve_case(editor: DraftlineEditor, case: EditCase, uri: str) -> Served:
     edit, lines = case.edits[-1], case.text.split("\n")
     editor.open(uri, before_edit(case))
     where = {"textDocument": {"uri": uri}, "context": {"triggerKind": 2}}
-    editor.client.wait(_send(editor, "textDocument/inlineCompletion", where | {
+    editor.client.wait(editor.send("textDocument/inlineCompletion", where | {
         "position": {"line": edit.line, "character": 0}}))
     time.sleep(MOVE_S)
     before = edit.before.split("\n")
-    editor.replace((edit.line, 0), (edit.line + len(before) - 1, _units(before[-1])), edit.after)
+    editor.replace((edit.line, 0), (edit.line + len(before) - 1, utf16_units(before[-1])), edit.after)
     paused = time.perf_counter()
-    cursor = {"line": case.line, "character": _units(lines[case.line])}
-    inline = _send(editor, "textDocument/inlineCompletion", where | {"position": cursor})
+    cursor = {"line": case.line, "character": utf16_units(lines[case.line])}
+    inline = editor.send("textDocument/inlineCompletion", where | {"position": cursor})
     time.sleep(NEOVIM_DELAY_S)
-    asked = _send(editor, "draftline/nextEdit", {"textDocument": {"uri": uri}, "position": cursor,
-                                                 "version": editor.version})
+    asked = editor.send("draftline/nextEdit", {"textDocument": {"uri": uri}, "position": cursor,
+                                               "version": editor.version})
     answer = editor.client.wait(asked).get("result")
     editor.client.wait(inline)
     editor.close()

@@ -93,6 +93,13 @@ def window_release(case: EditCase) -> str:
     return "\n".join(apply(text, inside))
 
 
+def is_exact(case: EditCase, edit: NextEdit | None) -> bool:
+    """Due and the next edit exactly, or not due and none proposed."""
+    if case.next_line is None:
+        return edit is None
+    return edit is not None and is_next_edit(case, apply_edit(case.text, edit))
+
+
 def score_case(engine: CompletionEngine, documents: Documents, case: EditCase, mode: str) -> EditResult:
     """The case's prediction, with its text open in `documents` (which feeds `engine`)."""
     documents.open(case.name, case.text)
@@ -102,7 +109,7 @@ def score_case(engine: CompletionEngine, documents: Documents, case: EditCase, m
     documents.close(case.name)
     after = case.text if prediction.edit is None else apply_edit(case.text, prediction.edit)
     due = case.next_line is not None
-    exact = is_next_edit(case, after) if due else prediction.edit is None
+    exact = is_exact(case, prediction.edit)
     right = due and is_right(case, after)
     similarity = region_similarity(case.text, after, window_release(case)) if due else float(not prediction.edit)
     stats = prediction.stats
@@ -129,12 +136,7 @@ def summarize(results: list[EditResult]) -> dict:
 
 def summarize_served(cases: list[EditCase], served: list[Served]) -> dict:
     """The cases asked through the server: rightness as in-process, times from the pause."""
-    def exact(case: EditCase, edit: NextEdit | None) -> bool:
-        if case.next_line is None:
-            return edit is None
-        return edit is not None and is_next_edit(case, apply_edit(case.text, edit))
-
-    due = [exact(c, s.edit) for c, s in zip(cases, served) if c.next_line is not None]
+    due = [is_exact(c, s.edit) for c, s in zip(cases, served) if c.next_line is not None]
     shown_none_due = [s.edit is not None for c, s in zip(cases, served) if c.next_line is None]
     times = [s.edit_s for s in served]
     return {
@@ -143,7 +145,7 @@ def summarize_served(cases: list[EditCase], served: list[Served]) -> dict:
         "p50_from_pause_s": statistics.median(times) if times else None,
         "p90_from_pause_s": statistics.quantiles(times, n=10)[-1] if len(times) > 1 else None,
         "inline_p50_s": statistics.median(s.inline_s for s in served) if served else None,
-        "cases": [{"name": c.name, "exact": exact(c, s.edit), "shown": s.edit is not None,
+        "cases": [{"name": c.name, "exact": is_exact(c, s.edit), "shown": s.edit is not None,
                    "inline_s": round(s.inline_s, 3), "edit_s": round(s.edit_s, 3)} for c, s in zip(cases, served)],
     }
 

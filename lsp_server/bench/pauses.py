@@ -33,6 +33,7 @@ from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
 from lsp_server.bench.lsp_client import Client
 from lsp_server.bench.quality import edit_similarity, string_lines
 from lsp_server.bench.sources import SourceFile
+from lsp_server.next_edit import utf16_units
 
 PAUSES_PER_FILE = 4
 MIN_CODE_CHARS = 6  # `else:`, `pass`, `}` say little
@@ -99,11 +100,6 @@ def _first_line(text: str) -> str:
     return text.split("\n", 1)[0].strip()
 
 
-def _units(text: str) -> int:
-    """Length in UTF-16 code units, as LSP positions count."""
-    return len(text.encode("utf-16-le")) // 2
-
-
 def _indent(line: str) -> str:
     return line[:len(line) - len(line.lstrip())]
 
@@ -143,11 +139,17 @@ class DraftlineEditor:
             "contentChanges": [{"range": {"start": {"line": start[0], "character": start[1]},
                                           "end": {"line": end[0], "character": end[1]}}, "text": text}]})
 
+    def send(self, method: str, params: dict) -> int:
+        """Send a request without waiting for its reply (`client.wait(id)` waits); its id."""
+        msg_id = next(self.ids)
+        self.client.send({"id": msg_id, "method": method, "params": params})
+        return msg_id
+
     def ask(self, lines: list[str], line: int, column: int) -> tuple[str, str, int | None]:
         """What was shown, whether it came from the full window, and that window's tokens."""
         before = lines[line][:column]
         reply = self.client.request(next(self.ids), "textDocument/inlineCompletion", {
-            "textDocument": {"uri": self.uri}, "position": {"line": line, "character": _units(before)},
+            "textDocument": {"uri": self.uri}, "position": {"line": line, "character": utf16_units(before)},
             "context": {"triggerKind": 2}})
         items = (reply.get("result") or {}).get("items") or []
         stats = self.client.request(next(self.ids), "workspace/executeCommand", {"command": "draftline.stats"})
@@ -206,7 +208,7 @@ def replay(editor, walk: Walk, key_s: float) -> list[Pause]:
     for number in range(walk.first, walk.pauses[-1] + 1):
         target = walk.lines[number]
         indent = _indent(target)
-        editor.insert(number - 1, _units(lines[-1]), "\n" + indent)
+        editor.insert(number - 1, utf16_units(lines[-1]), "\n" + indent)
         lines.append(indent)
         if number in walk.pauses:
             started = time.perf_counter()
@@ -214,7 +216,7 @@ def replay(editor, walk: Walk, key_s: float) -> list[Pause]:
             results.append(Pause(editor.name, str(walk.path), number, target.strip(), _first_line(ghost),
                                  (time.perf_counter() - started) * 1000, window, window_tokens))
         for character in target[len(indent):]:  # typed key by key
-            editor.insert(number, _units(lines[number]), character)
+            editor.insert(number, utf16_units(lines[number]), character)
             lines[number] += character
             time.sleep(key_s)
     editor.close()
