@@ -7,11 +7,14 @@ on a CPU most of a one-token pass is per-op overhead. Runs on the CPU, or on CUD
 On a CPU the passes of an int4/int8 model run in C where they can (engine/execution/native/): this module
 then holds the weights and the KV cache, and runs the other kernels' passes. A GGUF the C
 decoder computes where the file is mapped runs without torch (engine/execution/backends/native_llama.py).
+On CUDA the passes run on a KV cache of fixed size, one CUDA graph per pass width
+(engine/execution/static_passes.py); elsewhere that path runs uncaptured when asked.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import dataclasses
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -32,6 +35,7 @@ from engine.execution.kernels import (QUANTIZED, Int4Weight, Int8Weight, Weight,
                                       weight_nbytes)
 from engine.execution.native import decoder_for
 from engine.execution.rope import rope_tables
+from engine.execution.static_passes import PassGraphs, PassInputs, StaticCache, attention_bias, cache_positions
 from engine.loading.weights import LlamaConfig, LoadedWeights
 
 
@@ -77,19 +81,26 @@ def _mapped(w: Weight) -> bool:
 
 
 _MATRICES = ("wqkv", "wo", "w_gate_up", "w_down")
+log = logging.getLogger("draftline")
+# What a pass does with a layer's new keys and values [kv heads, n, head dim]: write them to
+# the cache and return the keys and values the pass attends over.
+CacheRows = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 class TorchLlama(TensorPasses, ArrayCache):
+    CACHES = 2  # KV caches it keeps (completions, next edits)
+
     def __init__(self, weights: LoadedWeights, dtype: torch.dtype = torch.bfloat16,
                  max_len: int = 4096, device: str = "cpu", head_rows: torch.Tensor | None = None,
-                 quant: str | None = None, copy_budget: float = 0.25):
+                 quant: str | None = None, copy_budget: float = 0.25, static: StaticCache | bool | None = None):
         """head_rows: keep only these rows of the output head (a draft model's reduced
         vocabulary); the logits of every other token are -inf. quant: "int8" or "int4"
         weight-only matrices with bf16 activations (CPU only; engine/execution/kernels.py). A matrix
         already in a mapped GGUF's blocks (the embedded draft shares its target's) stays so,
         for the native decoder. copy_budget: the most of the machine's available memory
         (measured when a copy is made) that a resident copy of the matrices in another
-        kernel's dtype may take (`use_plan`)."""
+        kernel's dtype may take (`use_plan`). static: run passes on a KV cache of fixed size
+        (engine/execution/static_passes.py); None: on CUDA, with its defaults; False: never."""
         super().__init__()
         if quant == "gguf":
             raise EngineError("a mapped GGUF runs on the native backend (engine/execution/backends/native_llama.py)")
@@ -116,10 +127,17 @@ class TorchLlama(TensorPasses, ArrayCache):
         self.features: torch.Tensor | None = None
         self._load_tensors(weights.tensors, quant, head_rows)
         hd = c.head_dim
-        shape = (c.n_layers, c.n_kv_heads, self.max_len, hd)
-        # empty, not zeros: only positions written are read, and untouched pages cost no memory
-        self.k_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
-        self.v_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
+        if static is None:
+            static = StaticCache() if self.device.type == "cuda" else False
+        # The static-cache passes (`_static_pass`), bucketed by width; None: the cache's length sets each pass's shapes.
+        self.graphs: PassGraphs | None = None
+        if static:
+            self._make_static(static)
+        else:
+            shape = (c.n_layers, c.n_kv_heads, self.max_len, hd)
+            # empty, not zeros: only positions written are read, and untouched pages cost no memory
+            self.k_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
+            self.v_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
         cos, sin = rope_tables(self.max_len, hd, c.rope_theta, c.rope_scaling)
         self.cos = torch.from_numpy(cos).to(device=self.device, dtype=self.dtype)
         self.sin = torch.from_numpy(sin).to(device=self.device, dtype=self.dtype)
@@ -129,6 +147,25 @@ class TorchLlama(TensorPasses, ArrayCache):
         self.native = decoder_for(self) if quant and on_cpu else None
         if self.native is None and self.rotary_pairs:
             raise EngineError("Q/K rows in llama.cpp's pair order need the native decoder")
+
+    def _make_static(self, static: StaticCache) -> None:
+        """Caches of fixed size, zeroed (a static pass attends over every row, masked, and a
+        NaN in an unwritten row would survive the mask), as long as fits the free memory, with
+        rows past max_len where padded and captured passes write."""
+        if self.quant:
+            raise EngineError("a static KV cache runs torch's float kernels, not int4/int8 weights")
+        c = self.config
+        slack = max(static.widths, default=0)
+        free = static.free_bytes
+        if free is None:
+            free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else available_memory()
+        per_position = 2 * c.n_layers * c.n_kv_heads * c.head_dim * self.dtype.itemsize * self.CACHES
+        self.max_len = cache_positions(self.max_len, per_position, free, slack)
+        shape = (c.n_layers, c.n_kv_heads, self.max_len + slack, c.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self._columns = torch.arange(shape[2], device=self.device)
+        self.graphs = PassGraphs(self._static_pass, self.device, static.widths, static.capture, self.max_len)
 
     def _load_tensors(self, t, quant: str | None, head_rows: torch.Tensor | None) -> None:
         """The embedding, head, final norm and layers from the loaded tensors `t`, converted to
@@ -188,7 +225,15 @@ class TorchLlama(TensorPasses, ArrayCache):
         run the passes, torch's kernels for the weights' format (engine/execution/kernels.py)."""
         kernels = (STORED,) if self.native is not None else prefill_candidates(self.dtype, self.quant is not None)
         return Capabilities(tree=True, device=self.device.type, kernels=kernels, threads=self.device.type == "cpu",
-                            native=self.native is not None, caches=2)
+                            native=self.native is not None, caches=self.CACHES)
+
+    def use_cache(self, cache: int) -> None:
+        """A static cache's new arrays are zeroed, as the first (`_make_static`)."""
+        fresh = cache != self._cache and cache not in (self._other_caches or {})
+        super().use_cache(cache)
+        if fresh and self.graphs is not None:
+            self.k_cache.zero_()
+            self.v_cache.zero_()
 
     def _cache_moved(self) -> None:
         if self.native is not None:
@@ -243,8 +288,25 @@ class TorchLlama(TensorPasses, ArrayCache):
 
     @torch.inference_mode()
     def _pass(self, tokens: Sequence[int], parents: Sequence[int] | None, logits: bool) -> torch.Tensor | None:
-        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
-        return self.forward_hidden(self.embed_tokens(ids), tokens, parents, logits)
+        # A feature draft reads the recorded states, which the dynamic path keeps.
+        if self.graphs is None or self.features is not None:
+            ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
+            return self.forward_hidden(self.embed_tokens(ids), tokens, parents, logits)
+        n, start = len(tokens), self.length
+        self._before_pass(n)
+        pos, local = pass_positions(start, n, parents)
+        out = self.graphs.run(self._cache, tokens, pos, local, start, logits)
+        self.tokens.extend(tokens)
+        return out
+
+    def _before_pass(self, n: int) -> None:
+        """Refuse a pass that does not fit; set the plan's thread count for its width."""
+        if n == 0:
+            raise ValueError("forward needs at least one token")
+        if self.length + n > self.max_len:
+            raise EngineError(f"context full: {self.length + n} tokens > cache of {self.max_len}")
+        if (threads := self.plan.threads_for(n)) is not None:
+            torch.set_num_threads(threads)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """Input vectors in the model's dtype (what a feature draft concatenates them with)."""
@@ -261,12 +323,7 @@ class TorchLlama(TensorPasses, ArrayCache):
         """`forward` from input vectors x [n, hidden] instead of token embeddings, with torch
         logits; `tokens` are what the cache records for them."""
         n, start = len(tokens), self.length
-        if n == 0:
-            raise ValueError("forward needs at least one token")
-        if start + n > self.max_len:
-            raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
-        if (threads := self.plan.threads_for(n)) is not None:
-            torch.set_num_threads(threads)
+        self._before_pass(n)
         kernel = self.plan.decode if logits else self.plan.prefill
         if kernel == STORED and self.native is not None:  # returns the final normed states
             pos, local = pass_positions(start, n, parents)
@@ -288,6 +345,8 @@ class TorchLlama(TensorPasses, ArrayCache):
         """Also keeps a resident copy of the matrices in the dtype of the plan's other kernel
         where it fits (`_make_copy`), and drops any other copy. A final plan that reads no copy
         frees what only other kernels would need (`_release_plain_layouts`)."""
+        if self.graphs is not None and (plan.decode, plan.copy()) != (self.plan.decode, self.copy_kernel):
+            self.graphs.clear()  # their passes read the kernel's matrices
         super().use_plan(plan, final)
         if plan.copy() != self.copy_kernel:
             self._drop_copy()
@@ -344,24 +403,55 @@ class TorchLlama(TensorPasses, ArrayCache):
                 kernel: str) -> torch.Tensor:
         """Run the first `count` layers over x [n, hidden] at cache positions start..start+n,
         writing their keys and values; returns the last hidden state (in the kernel's dtype)."""
-        c, dev, n = self.config, self.device, len(x)
+        dev, n, end = self.device, len(x), start + len(x)
         pos, local = pass_positions(start, n, parents)
         pos, local = torch.from_numpy(pos).to(dev), torch.from_numpy(local).to(dev)
-        dtype = compute_dtype(kernel, self.dtype)
         # The mask as a bias added to the attention scores (0 or -inf), made once per pass;
         # it sees all of the cache, and one-token passes get an all-zero one, so that every
         # pass computes its scores alike.
         mask = torch.cat([torch.ones(n, start, dtype=torch.bool, device=dev), local], dim=1)
+        bias = torch.zeros(n, end, dtype=compute_dtype(kernel, self.dtype), device=dev).masked_fill_(~mask, float("-inf"))
+
+        def rows(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            self.k_cache[i, :, start:end] = k
+            self.v_cache[i, :, start:end] = v
+            return self.k_cache[i, :, :end], self.v_cache[i, :, :end]
+
+        return self._run_layers(x, pos, bias, count, kernel, rows)
+
+    def _static_pass(self, inputs: PassInputs, logits: bool) -> torch.Tensor | None:
+        """A pass over `inputs` (PassGraphs' buffers) whose shapes depend on its width alone:
+        it writes the cache rows start.. by index and attends over every row, masked."""
+        kernel = self.plan.decode if logits else self.plan.prefill
+        rows = inputs.start + self._columns[:inputs.width]
+        bias = attention_bias(inputs, rows, self._columns, compute_dtype(kernel, self.dtype))
+
+        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            self.k_cache[i].index_copy_(1, rows, k.to(self.k_cache.dtype))
+            self.v_cache[i].index_copy_(1, rows, v.to(self.v_cache.dtype))
+            return self.k_cache[i], self.v_cache[i]
+
+        x = self._run_layers(self.embed_tokens(inputs.ids), inputs.positions, bias, len(self.layers), kernel, write)
+        if not logits:
+            return None
+        x = norm(x, self.norm, self.norm_bias, self.config.rms_eps, self.family.norm).to(self.dtype)
+        return self.head_logits(x, kernel)
+
+    def _run_layers(self, x: torch.Tensor, pos: torch.Tensor, bias: torch.Tensor, count: int, kernel: str,
+                    rows: CacheRows) -> torch.Tensor:
+        """The first `count` layers over x [n, hidden] at rotary positions `pos` [n], with the
+        attention bias [n, cache rows attended] (0 or -inf); `rows` writes each layer's keys
+        and values and returns those attended over."""
+        c, n = self.config, len(x)
+        dtype = compute_dtype(kernel, self.dtype)
         group = c.n_heads // c.n_kv_heads
-        bias = torch.zeros(n, start + n, dtype=dtype, device=dev).masked_fill_(~mask, float("-inf"))
-        bias = bias.expand(group, n, start + n).reshape(1, group * n, start + n)
+        bias = bias.expand(group, n, bias.shape[-1]).reshape(1, group * n, bias.shape[-1])
         layers = self._copy_layers if kernel == self.copy_kernel else self.layers
         dequantize = kernel != STORED and layers is self.layers
         x = x.to(dtype)
         cos, sin = self.cos[pos].to(dtype), self.sin[pos].to(dtype)
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
         kind, eps = self.family.norm, c.rms_eps
-        end = start + n
         for i, layer in enumerate(layers[:count]):
             h = norm(x, layer.attn_norm, layer.attn_norm_bias, eps, kind)
             q, k, v = linear(h, layer.wqkv, layer.bqkv, dequantize).split([nh * hd, nkv * hd, nkv * hd], -1)
@@ -370,10 +460,8 @@ class TorchLlama(TensorPasses, ArrayCache):
                 q, k = rms_norm(q, layer.q_norm, eps), rms_norm(k, layer.k_norm, eps)
             q, k = q.transpose(0, 1), k.transpose(0, 1)
             q = q * cos + _rotate_half(q) * sin
-            self.k_cache[i, :, start:end] = k * cos + _rotate_half(k) * sin
-            self.v_cache[i, :, start:end] = v.view(n, nkv, hd).transpose(0, 1)
-            attn = self._attention(q, self.k_cache[i, :, :end].to(dtype),
-                                   self.v_cache[i, :, :end].to(dtype), bias)
+            keys, values = rows(i, k * cos + _rotate_half(k) * sin, v.view(n, nkv, hd).transpose(0, 1))
+            attn = self._attention(q, keys.to(dtype), values.to(dtype), bias)
             x = x + linear(attn, layer.wo, layer.bo, dequantize)
             h = norm(x, layer.ffn_norm, layer.ffn_norm_bias, eps, kind)
             x = x + linear(self._mlp_hidden(h, layer, dequantize), layer.w_down, layer.b_down, dequantize)
@@ -391,8 +479,10 @@ class TorchLlama(TensorPasses, ArrayCache):
 
     def keep_head_rows(self, ids: np.ndarray) -> bool:
         """As NativeLlama's: the head becomes a copy of these rows (of those limit_vocab kept).
-        Not for a head built with chosen rows, nor beside a resident copy for wide passes."""
-        if self._all_rows is None or self._copy_head is not None:
+        Not for a head built with chosen rows, nor beside a resident copy for wide passes, nor
+        with static-cache passes: captured ones read the head by its address, and a draft
+        meets new tokens (more rows) every few requests."""
+        if self._all_rows is None or self._copy_head is not None or self.graphs is not None:
             return False
         ids = np.asarray(ids, dtype=np.int64)
         self._choose_rows(self._all_rows, torch.from_numpy(ids[ids < self._all_rows.shape[0]]).to(self.device))
@@ -415,6 +505,8 @@ class TorchLlama(TensorPasses, ArrayCache):
             if self.native is not None:
                 self.native.set_head(self.head)
         self.vocab_size = width
+        if self.graphs is not None:
+            self.graphs.clear()  # their passes read the head by its address
 
     def head_logits(self, features: torch.Tensor, kernel: str = STORED) -> torch.Tensor:
         """float32 logits [n, vocab] from final normed hidden states [n, hidden]."""
