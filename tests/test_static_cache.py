@@ -1,9 +1,11 @@
 """The torch backend's static-cache passes (engine/execution/static_passes.py), on the CPU.
 
 On CUDA they run as captured graphs; here the same path runs uncaptured: at each pass's own
-width, and bucketed as the graphs run (padded to a bucket, through static input buffers written
-in place). Both must compute what the dynamic path computes, and every decoding mode on them
-must write what plain decoding writes, rollback after rejected drafts included (fp32)."""
+width; bucketed as the graphs run (padded to a bucket, through static input buffers written in
+place); and captured by the capture code with its CPU stand-in for CUDA graphs (warm-ups on an
+idle pass, replays into the output buffer the capture returned). Each must compute what the
+dynamic path computes, and every decoding mode on them must write what plain decoding writes,
+rollback after rejected drafts included (fp32)."""
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +27,10 @@ from engine.tokenization.tokenizer import Tokenizer
 from tests.tiny_models import random_weights
 
 VOCAB = 16
-# the dynamic path; static at each pass's width; static in the graphs' buckets
-PATHS = {"dynamic": False, "static": StaticCache(widths=()), "bucketed": StaticCache()}
+# the dynamic path; static at each pass's width; in the graphs' buckets; captured (the CPU stand-in)
+PATHS = {"dynamic": False, "static": StaticCache(widths=()), "bucketed": StaticCache(),
+         "captured": StaticCache(stand_in=True)}
+STATIC = ["static", "bucketed", "captured"]
 
 
 def tiny(seed: int, path: str, max_len: int = 256) -> TorchLlama:
@@ -41,9 +45,10 @@ def test_the_widest_bucket_is_the_widest_verification_pass():
     assert max(PASS_WIDTHS) == Engine.MAX_NODES + 1
 
 
-@pytest.mark.parametrize("path", ["static", "bucketed"])
+@pytest.mark.parametrize("path", STATIC)
 def test_static_passes_compute_what_dynamic_ones_do(path):
-    """Chains, a token tree, and passes after a rollback and after keeping a tree path."""
+    """Chains, a token tree, and passes after a rollback and after keeping a tree path. Each
+    bucket is made (captured) at its first pass, with the cache already holding tokens."""
     want, got = tiny(1, "dynamic"), tiny(1, path)
     tokens = np.random.default_rng(0).integers(0, VOCAB, 60).tolist()
     tree = [-1, 0, 0, 1, 2, 2]
@@ -84,11 +89,27 @@ def test_bucketed_passes_reuse_their_static_buffers():
     assert bucket.inputs.ids.tolist() == [8, 9, 10, 0] and bucket.inputs.start.item() == 45
     assert bucket.inputs.local.tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 1]]
     assert set(graphs._buckets) == {(0, 2), (0, 4)} and graphs.captured == 0
+    out = model.forward([11, 12, 13])
+    again = tiny(2, "static")  # the same passes, unpadded: what the bucket's rows must be
+    again.forward([1] * 40 + list(range(3, 11)), logits=False)
+    np.testing.assert_allclose(out, again.forward([11, 12, 13]), rtol=1e-5, atol=1e-5)
     model.use_cache(1)  # another cache: buckets of its own
     model.forward([1, 2, 3])
     assert (1, 4) in graphs._buckets
     model.limit_vocab(VOCAB - 2)  # the head moved: every bucket is made again
     assert graphs._buckets == {}
+
+
+def test_captured_passes_replay_into_their_own_buffer():
+    """A captured bucket's logits are a copy of its output buffer, which its next replay
+    refills: logits a caller holds do not change under it."""
+    model = tiny(3, "captured")
+    model.forward([1] * 40, logits=False)  # wider than every bucket: none made
+    first = model.score([6]).rows
+    held = first.clone()
+    model.forward([7])
+    assert model.graphs.captured == 1
+    assert torch.equal(first, held)
 
 
 def _engine(path: str) -> Engine:
@@ -98,7 +119,7 @@ def _engine(path: str) -> Engine:
     return Engine(target, tok, pair_draft(target, tok, draft, tok), pass_cost=[0.0] + [1.0] * 40, draft_cost=0.01)
 
 
-@pytest.mark.parametrize("path", ["static", "bucketed"])
+@pytest.mark.parametrize("path", STATIC)
 def test_every_mode_writes_what_plain_decoding_writes(path):
     """Each mode on static passes (target and draft) against plain decoding on dynamic ones,
     with lookup drafting from the greedy output itself (drafts right), a copy changed every

@@ -9,8 +9,9 @@ cache holds, and a CUDA graph captured once replays it: on a GPU an eager pass i
 launching its kernels, not by reading the weights (docs/gpu.md).
 
 `PassGraphs` keeps, per KV cache and width bucket, the static input buffers and the pass run
-on them: on CUDA a captured graph, elsewhere the same function called on the same buffers (the
-CPU suite checks that path). A pass of n tokens runs in the narrowest bucket that holds it,
+on them: on CUDA a captured graph, elsewhere the same function called on the same buffers. The
+CPU suite runs the capture code too, with `StandInGraphs` for CUDA's: the same warm-ups on an
+idle pass, then a "graph" that reruns the pass into the output buffer its capture returned. A pass of n tokens runs in the narrowest bucket that holds it,
 padded. The padding tokens attend only to the cache and to themselves, so no real token sees
 them; they write cache rows past the pass, which no pass reads before writing them again;
 their logits are dropped. A pass wider than every bucket (a prefill chunk) runs uncaptured on
@@ -49,6 +50,7 @@ class StaticCache:
 
     widths: tuple[int, ...] = PASS_WIDTHS  # the buckets; () runs every pass at its own width
     capture: bool = True  # capture each bucket's pass as a CUDA graph, where the device is CUDA
+    stand_in: bool = False  # elsewhere, capture with StandInGraphs (the capture code's dry run)
     # bytes free for the caches; None asks the device (tests give a figure)
     free_bytes: int | None = None
 
@@ -109,41 +111,69 @@ def attention_bias(inputs: PassInputs, rows: torch.Tensor, columns: torch.Tensor
 
 
 Run = Callable[[PassInputs, bool], "torch.Tensor | None"]
+Replay = Callable[[], torch.Tensor]
+
+
+class CudaGraphs:
+    """Captures a pass as a CUDA graph; replaying it refills the output buffer it returned."""
+
+    def capture(self, run: Replay) -> Replay:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-ups off the default stream, as capture requires
+            for _ in range(WARM_UPS):
+                run()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = run()
+
+        def replay() -> torch.Tensor:
+            graph.replay()
+            return out
+
+        return replay
+
+
+class StandInGraphs:
+    """CudaGraphs' stand-in where there is no CUDA: the same warm-ups, and a replay that reruns
+    the pass and copies its output into the buffer the capture returned, as a graph's does."""
+
+    def capture(self, run: Replay) -> Replay:
+        for _ in range(WARM_UPS):
+            run()
+        out = run()
+
+        def replay() -> torch.Tensor:
+            return out.copy_(run())
+
+        return replay
 
 
 class _Bucket:
-    """A width's static inputs and its pass: a captured CUDA graph, or the function itself."""
+    """A width's static inputs and its pass: captured, or the function itself."""
 
-    def __init__(self, run: Run, inputs: PassInputs, capture: bool, idle_start: int):
+    def __init__(self, run: Run, inputs: PassInputs, graphs: CudaGraphs | StandInGraphs | None, idle_start: int):
         self.inputs = inputs
-        self.graph: torch.cuda.CUDAGraph | None = None
         self._run = run
-        self._out: torch.Tensor | None = None
-        if capture:
-            self._capture(idle_start)
+        self._replay: Replay | None = None
+        if graphs is not None:
+            # captured on an idle pass, whose cache rows (from `idle_start`, past every
+            # position a context reaches) nothing reads
+            w = inputs.width
+            inputs.write([0] * w, np.arange(w), np.tri(w, dtype=np.int64), idle_start)
+            self._replay = graphs.capture(lambda: run(inputs, True))
 
-    def _capture(self, idle_start: int) -> None:
-        """Warm up and capture on a side stream, on an idle pass whose cache rows (from
-        `idle_start`, past every position a context reaches) nothing reads."""
-        w = self.inputs.width
-        self.inputs.write([0] * w, np.arange(w), np.tri(w, dtype=np.int64), idle_start)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(WARM_UPS):
-                self._run(self.inputs, True)
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self._out = self._run(self.inputs, True)
+    @property
+    def captured(self) -> bool:
+        return self._replay is not None
 
     def replay(self, n: int) -> torch.Tensor:
-        """The logits of the first n tokens of the pass the inputs hold. A graph's output
-        buffer is its own, overwritten by its next replay: the rows returned are a copy."""
-        if self.graph is None:
+        """The logits of the first n tokens of the pass the inputs hold. A captured pass's
+        output buffer is its own, refilled by its next replay: the rows returned are a copy."""
+        if self._replay is None:
             return self._run(self.inputs, True)[:n]
-        self.graph.replay()
-        return self._out[:n].clone()
+        return self._replay()[:n].clone()
 
 
 class PassGraphs:
@@ -151,16 +181,20 @@ class PassGraphs:
     PassInputs; `idle_start` a cache position past every context, with a bucket's width of
     rows behind it, where captures write."""
 
-    def __init__(self, run: Run, device: torch.device, widths: Sequence[int], capture: bool, idle_start: int):
-        self.device, self.widths = device, tuple(sorted(widths))
-        self.capture = capture and device.type == "cuda"
+    def __init__(self, run: Run, device: torch.device, static: StaticCache, idle_start: int):
+        self.device, self.widths = device, tuple(sorted(static.widths))
+        self.graphs: CudaGraphs | StandInGraphs | None = None
+        if static.capture and device.type == "cuda":
+            self.graphs = CudaGraphs()
+        elif static.stand_in:
+            self.graphs = StandInGraphs()
         self._run, self._idle_start = run, idle_start
         self._buckets: dict[tuple[int, int], _Bucket] = {}
 
     @property
     def captured(self) -> int:
-        """How many passes are held as CUDA graphs."""
-        return sum(b.graph is not None for b in self._buckets.values())
+        """How many passes are held captured."""
+        return sum(b.captured for b in self._buckets.values())
 
     def bucket(self, n: int) -> int | None:
         """The narrowest width that holds n tokens; None past the widest."""
@@ -179,8 +213,8 @@ class PassGraphs:
         key = (cache, width)
         if key not in self._buckets:
             started = time.perf_counter()
-            self._buckets[key] = _Bucket(self._run, PassInputs(width, self.device), self.capture, self._idle_start)
-            if self.capture:
+            self._buckets[key] = _Bucket(self._run, PassInputs(width, self.device), self.graphs, self._idle_start)
+            if self.graphs is not None:
                 log.debug("captured the %d-token pass (cache %d) in %.0f ms", width, cache,
                           1000 * (time.perf_counter() - started))
         return self._buckets[key]

@@ -165,7 +165,7 @@ class TorchLlama(TensorPasses, ArrayCache):
         self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self._columns = torch.arange(shape[2], device=self.device)
-        self.graphs = PassGraphs(self._static_pass, self.device, static.widths, static.capture, self.max_len)
+        self.graphs = PassGraphs(self._static_pass, self.device, static, self.max_len)
 
     def _load_tensors(self, t, quant: str | None, head_rows: torch.Tensor | None) -> None:
         """The embedding, head, final norm and layers from the loaded tensors `t`, converted to
