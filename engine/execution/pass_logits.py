@@ -88,7 +88,7 @@ class TensorPasses:
     def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
                 logits: bool = True) -> np.ndarray | None:
         out = self._pass(tokens, parents, logits)
-        return None if out is None else out.cpu().numpy()
+        return None if out is None else out.float().cpu().numpy()
 
     def score(self, tokens: Sequence[int], parents: Sequence[int] | None = None) -> PassLogits:
         return PassLogits(self._pass(tokens, parents, True))

@@ -63,6 +63,10 @@ class ExLlamaV2Backend(TensorPasses, Backend):
         self.cache = cache
         self.vocab_size = vocab_size
         self.max_len = max_len
+        # A pass its buffers take at once (config.max_input_len tokens, attention scores within
+        # config.max_attention_size, as `forward` splits them) goes straight to `forward_chunk`,
+        # past `forward`'s chunking loop: every verification pass does.
+        self.chunk, self.attention_size = model.config.max_input_len, model.config.max_attention_size
 
     @property
     def capabilities(self) -> Capabilities:
@@ -80,12 +84,16 @@ class ExLlamaV2Backend(TensorPasses, Backend):
         if self.length + n > self.max_len:
             raise EngineError(f"context full: {self.length + n} tokens > cache of {self.max_len}")
         ids = torch.tensor([list(tokens)], dtype=torch.long)
-        out = self.model.forward(ids, self.cache, preprocess_only=not logits)
+        if n <= self.chunk and (self.length + n) * n <= self.attention_size:
+            out = self.model.forward_chunk(ids, self.cache, preprocess_only=not logits).get("logits")
+        else:
+            out = self.model.forward(ids, self.cache, preprocess_only=not logits)
         self.tokens.extend(tokens)
         if not logits:
             return None
-        # fp16 logits, possibly with padded head columns (set to -65504) past the real vocabulary.
-        return out[0, :, :self.vocab_size].float()
+        # fp16 logits, possibly with padded head columns (set to -65504) past the real vocabulary:
+        # a view, left in fp16 (verification's argmax is the same; `forward` and sampling convert).
+        return out[0, :, :self.vocab_size]
 
     def truncate(self, n: int) -> None:
         del self.tokens[n:]
