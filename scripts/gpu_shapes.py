@@ -1,5 +1,6 @@
-"""Pass costs, host work per pass and exactness of every decoding mode at the real models'
-shapes, with random weights made on the device (run by `scripts/gpu_check.sh --shapes`).
+"""Pass costs, host work per pass, speed against exllamav2's own generator and exactness of
+every decoding mode at the real models' shapes, with random weights made on the device (run by
+`scripts/gpu_check.sh --shapes`).
 
 Shapes (Qwen2.5-Coder, qwen2 family: qkv bias, rope theta 1e6): targets 1.5B (tied embeddings)
 and 7B (untied), draft 0.5B (tied). Random weights have real pass costs but no real acceptance,
@@ -9,12 +10,15 @@ run where the real models are. For each GPU backend (torch; exllamav2 where inst
   1. passes: a pass of 1, 2, 4, 8 and 16 tokens over a --context-token cache (1536), median
      of --repeats (7) after a warm-up, synchronized: `ms` is the backend's `score` and the ids
      greedy verification reads, as decoding calls them, `device_ms` the model's compute inside;
-     torch in bf16 (fp16 where the GPU has no bf16), exllamav2 in fp16;
+     torch in bf16 (fp16 where the GPU has no bf16), exllamav2 in fp16. torch's `passes` run
+     on its static cache, captured as CUDA graphs (the default on CUDA), `passes_eager` on the
+     dynamic path; beside them `floor`, the weights read once at a device copy's rate;
   2. every mode (ar, lookup, draft, hybrid) on prompts cut from this checkout's engine/ code,
      lookup drafting from those files, then again from a document holding the greedy output
      itself (drafts right up to where they part): each output must equal plain greedy
      decoding token for token. torch decodes in fp32 here (bf16 rounds a one-token and a wide
-     pass differently, so only fp32 output is exact: the engine's rule); exllamav2 in fp16. A
+     pass differently, so only fp32 output is exact: the engine's rule), captured, and plain
+     decoding uncaptured must write the same (`uncaptured_identical`); exllamav2 in fp16. A
      difference records where the outputs part and plain greedy's logit margin there;
   3. host work per target pass: a generation's wall time, its prompt already in the caches,
      less the time inside the target's and the draft's passes, over its target passes;
@@ -23,7 +27,11 @@ run where the real models are. For each GPU backend (torch; exllamav2 where inst
      token trees (`tree`; exllamav2 verifies chains), the costs the drafting policy takes (in
      one-token passes of the target: `width_cost`, what each token more in a pass adds, a
      least-squares slope; `relative_pass_cost`, widths 1..16; `draft_cost`, a one-token pass of
-     the draft) and the measured milliseconds, for `policy_under_costs.py --costs`.
+     the draft) and the measured milliseconds, for `policy_under_costs.py --costs`;
+  5. `peers`: exllamav2's own dynamic generator (greedy) on the model the exllamav2 backend
+     loaded, per target: its tokens/s and whether it writes what our plain decoding writes;
+     `speed`: plain decoding's and the default mode's tokens/s (drafts from the greedy output)
+     against it (scripts/gpu_peers.py).
 
 exllamav2 reads a Hugging Face folder, so its random models are written to local disk (fp16:
 about 3.1 GB at 1.5B, 15 GB at 7B); a shape whose writing and loading would not fit the time
@@ -31,7 +39,8 @@ left (--budget-s) is skipped, and the output says so. JSON is written after ever
 run cut short keeps what it measured. Exits 1 on any mismatch or error.
 
 --cpu-dry-run runs the same steps at tiny shapes on CPU torch in fp32 (no CUDA, no exllamav2:
-its folders are written and read back by the torch backend instead). The test suite runs it,
+its folders are written and read back by the torch backend instead, a plain greedy loop stands
+in for its generator, and torch's capture runs with its CPU stand-in). The test suite runs it,
 so that the harness works when a GPU is lent.
 """
 from __future__ import annotations
@@ -53,6 +62,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import engine  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch is imported)
+import gpu_peers  # noqa: E402  (beside this script)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -61,6 +71,7 @@ from engine.api import Request  # noqa: E402
 from engine.engine import Engine, pair_draft  # noqa: E402
 from engine.execution.backends.base import Backend  # noqa: E402
 from engine.execution.backends.torch_llama import TorchLlama  # noqa: E402
+from engine.execution.static_passes import StaticCache  # noqa: E402
 from engine.loading.architectures import FAMILIES, expand  # noqa: E402
 from engine.loading.formats.load import load_weights  # noqa: E402
 from engine.loading.weights import LazyTensors, LlamaConfig, LoadedWeights, expected_shapes  # noqa: E402
@@ -229,9 +240,11 @@ def code_prompts(tokenizer: Tokenizer, count: int, length: int) -> tuple[list[li
     return [stream[i * step:i * step + length] for i in range(count)], files
 
 
-def generations(eng: Engine, meter: Meter, prompts: list[list[int]], new_tokens: int) -> list[dict]:
-    """Every mode on every prompt, compared with plain greedy; host work per target pass."""
-    rows = []
+def generations(eng: Engine, meter: Meter, prompts: list[list[int]], new_tokens: int
+                ) -> tuple[list[dict], list[list[int]]]:
+    """Every mode on every prompt, compared with plain greedy; host work per target pass and
+    tokens/s. Also returns plain greedy's tokens, per prompt."""
+    rows, greedy_outputs = [], []
     request = Request(max_new_tokens=new_tokens)
 
     def run(prompt: list[int], mode: str, document: str) -> dict:
@@ -242,11 +255,13 @@ def generations(eng: Engine, meter: Meter, prompts: list[list[int]], new_tokens:
         passes = out.stats.target_passes
         return {"mode": mode, "document": document, "tokens": out.tokens, "target_passes": passes,
                 "tokens_per_pass": round(len(out.tokens) / max(passes, 1), 3),
+                "tokens_per_s": round(len(out.tokens) / wall, 2),
                 "host_ms_per_pass": round(1000 * (wall - (meter.seconds - before)) / max(passes, 1), 4)}
 
     for i, prompt in enumerate(prompts):
         plain = run(prompt, "ar", "none")
         greedy = plain.pop("tokens")
+        greedy_outputs.append(greedy)
         rows.append(plain | {"prompt": i, "identical": True})
         for document in ("none", "greedy output"):
             if document != "none":  # drafts right until the output parts from them
@@ -257,7 +272,22 @@ def generations(eng: Engine, meter: Meter, prompts: list[list[int]], new_tokens:
                 rows.append(row | {"prompt": i, "identical": tokens == greedy}
                             | ({} if tokens == greedy else difference(eng.target, prompt, greedy, tokens)))
             eng.lookup.remove_document("greedy output")
-    return rows
+    return rows, greedy_outputs
+
+
+def plain_decoding(target: Backend, tokenizer: Tokenizer, prompts: list[list[int]], new_tokens: int
+                   ) -> list[list[int]]:
+    """Plain greedy decoding's tokens on each prompt."""
+    eng = Engine(target, tokenizer)
+    return [eng.complete(prompt, Request(max_new_tokens=new_tokens), "ar").tokens for prompt in prompts]
+
+
+def compute_of(model: Backend) -> tuple[object, str]:
+    """What a pass's compute runs in, for the device meter: a torch model's graphs (its static
+    passes) or layers, exllamav2's forward_chunk."""
+    if isinstance(model, TorchLlama):
+        return (model.graphs, "run") if model.graphs is not None else (model, "forward_hidden")
+    return model.model, "forward_chunk"
 
 
 def difference(target: Backend, prompt: list[int], greedy: list[int], tokens: list[int]) -> dict:
@@ -306,14 +336,19 @@ class Run:
             "decoding_dtype": {"torch": "float32", "exllamav2": "float16", "draft": _name(self.dtype)},
             "shapes": {n: {k: v for k, v in vars(c).items() if k not in ("rope_scaling", "sliding_window")}
                        for n, c in self.shapes.items()},
-            "backends": {}, "policy": [], "skipped": [], "errors": []}
+            "copy_gb_s": None, "floor": {}, "backends": {}, "peers": {}, "speed": [], "policy": [],
+            "skipped": [], "errors": []}
 
     def left(self) -> float:
         return self.args.budget_s - (time.monotonic() - self.started)
 
     def save(self) -> None:
-        rows = [r for b in self.result["backends"].values() for t in b.values() for r in t.get("generations", [])]
-        self.result["ok"] = not self.result["errors"] and all(r["identical"] for r in rows)
+        entries = [t for b in self.result["backends"].values() for t in b.values()]
+        rows = [r for t in entries for r in t.get("generations", [])]
+        self.result["speed"] = gpu_peers.speed(self.result["backends"], self.result["peers"])
+        self.result["ok"] = (not self.result["errors"] and all(r["identical"] for r in rows)
+                             and all(t.get("uncaptured_identical", True) for t in entries)
+                             and all(p["identical"] for p in self.result["peers"].values()))
         self.args.out.parent.mkdir(parents=True, exist_ok=True)
         self.args.out.write_text(json.dumps(self.result, indent=1))
 
@@ -326,26 +361,35 @@ class Run:
             self.result["errors"].append(f"{label}: {type(exc).__name__}: {exc}")
             print(f"   error: {type(exc).__name__}: {exc}", file=sys.stderr)
         finally:
-            gc.collect()
-            if self.cuda:
-                torch.cuda.empty_cache()
+            self._free()
         self.save()
 
     def weights(self, shape: str) -> LoadedWeights:
         return random_weights(self.shapes[shape], self.device, seed=len(shape), rows_in_use=self.rows_in_use)
 
-    def torch_model(self, shape: str, dtype: torch.dtype) -> TorchLlama:
-        model = TorchLlama(self.weights(shape), dtype, max_len=self.args.max_len, device=self.device)
+    def torch_model(self, shape: str, dtype: torch.dtype, captured: bool = True) -> TorchLlama:
+        """On the static cache, captured (a dry run: the CPU stand-in for capture), or eager on
+        the dynamic path."""
+        static = StaticCache(stand_in=not self.cuda) if captured else False
+        model = TorchLlama(self.weights(shape), dtype, max_len=self.args.max_len, device=self.device, static=static)
         model.limit_vocab(self.rows_in_use)
         return model
 
-    def time_model(self, model: Backend, compute: tuple[object, str], widths: tuple[int, ...] = WIDTHS) -> dict:
+    def time_model(self, model: Backend, widths: tuple[int, ...] = WIDTHS) -> dict:
         device = Meter(self.cuda)
-        device.wrap(*compute)
+        device.wrap(*compute_of(model))
         return time_passes(model, device, self.context, widths, self.args.repeats)
 
-    def decode(self, backend: str, shape: str, target: Backend, passes: dict) -> None:
-        """Every mode on `target` with the draft; the policy's inputs with and without it."""
+    def floor(self, shape: str, weight_bytes: int) -> None:
+        """The weights read once at the device copy's rate (measured once)."""
+        if self.result["copy_gb_s"] is None:
+            self.result["copy_gb_s"] = round(gpu_peers.copy_rate(self.device) / 1e9, 2)
+        self.result["floor"][shape] = {"weight_gb": round(weight_bytes / 1e9, 3),
+                                       "ms": gpu_peers.floor_ms(weight_bytes, self.result["copy_gb_s"] * 1e9)}
+
+    def decode(self, backend: str, shape: str, target: Backend, passes: dict) -> list[list[int]]:
+        """Every mode on `target` with the draft; the policy's inputs with and without it.
+        Returns plain greedy's tokens, per prompt."""
         meter = Meter(self.cuda)
         draft = self.torch_model(DRAFT, self.dtype)
         for model in (target, draft):  # decoding and drafting read logits through `score`
@@ -355,7 +399,7 @@ class Run:
                      pass_cost=pass_cost_seconds(passes), draft_cost=self.draft_ms / 1000)
         for doc_id, text in self.documents.items():
             eng.set_document(doc_id, text)
-        rows = generations(eng, meter, self.prompts, self.args.new_tokens)
+        rows, greedy = generations(eng, meter, self.prompts, self.args.new_tokens)
         self.result["backends"][backend][shape]["generations"] = rows
         for with_draft in (False, True):
             modes = ("ar", "draft", "hybrid") if with_draft else ("ar", "lookup")
@@ -366,23 +410,39 @@ class Run:
                 | {"pass_ms": {w: p["ms"] for w, p in passes.items()},
                    "draft_pass_ms": self.draft_ms if with_draft else None,
                    "host_ms_per_pass": host_p50(rows, modes)})
+        return greedy
 
     def time_draft(self) -> None:
         draft = self.torch_model(DRAFT, self.dtype)
-        passes = self.time_model(draft, (draft, "forward_hidden"), (1,))
+        passes = self.time_model(draft, (1,))
         self.result["draft_passes"] = passes
         self.draft_ms = passes["1"]["ms"]
 
-    def run_torch(self, shape: str) -> None:
-        """Passes timed in the device's dtype; decoding checked in fp32 (a second build)."""
-        timed = self.torch_model(shape, self.dtype)
-        passes = self.time_model(timed, (timed, "forward_hidden"))
-        self.result["backends"].setdefault("torch", {})[shape] = {"passes": passes}
-        del timed
+    def _free(self) -> None:
         gc.collect()
         if self.cuda:
             torch.cuda.empty_cache()
-        self.decode("torch", shape, self.torch_model(shape, torch.float32), passes)
+
+    def run_torch(self, shape: str) -> None:
+        """Passes timed in the device's dtype, eager then captured; decoding checked in fp32,
+        captured (a third build), and plain decoding without capture on the same model."""
+        eager = self.torch_model(shape, self.dtype, captured=False)
+        passes_eager = self.time_model(eager)
+        self.floor(shape, eager.weight_bytes)
+        del eager
+        self._free()
+        captured = self.torch_model(shape, self.dtype)
+        passes = self.time_model(captured)
+        entry = self.result["backends"].setdefault("torch", {})[shape] = {
+            "passes": passes, "passes_eager": passes_eager, "captured_passes": captured.graphs.captured}
+        del captured
+        self._free()
+        target = self.torch_model(shape, torch.float32)
+        greedy = self.decode("torch", shape, target, passes)
+        graphs, target.graphs = target.graphs, None  # the dynamic path, on the same cache
+        entry["uncaptured_identical"] = plain_decoding(target, self.tokenizer, self.prompts,
+                                                       self.args.new_tokens) == greedy
+        target.graphs = graphs
 
     def run_folder(self, backend: str, shape: str) -> None:
         """exllamav2 reads a Hugging Face folder: the random model is written as one (fp16) and
@@ -392,14 +452,15 @@ class Run:
             write_hf_folder(self.weights(shape), folder, self.tokenizer_dir)
             if backend == "exllamav2":
                 target, _ = load_model(folder, None, "exllamav2", max_len=self.args.max_len)
-                compute = (target.model, "forward")
             else:
                 target = TorchLlama(load_weights(folder), torch.float32, max_len=self.args.max_len)
                 target.limit_vocab(self.rows_in_use)
-                compute = (target, "forward_hidden")
-            passes = self.time_model(target, compute)
+            passes = self.time_model(target)
             self.result["backends"].setdefault(backend, {})[shape] = {"passes": passes}
-            self.decode(backend, shape, target, passes)
+            greedy = self.decode(backend, shape, target, passes)
+            generate = gpu_peers.exllamav2_generation if backend == "exllamav2" else gpu_peers.plain_greedy_loop
+            self.result["peers"][shape] = gpu_peers.peer_runs(generate, target, self.prompts, greedy,
+                                                              self.args.new_tokens, set(self.tokenizer.eos_ids))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -434,6 +495,21 @@ class Run:
             if self.folder_fits(shape):
                 self.step(f"{folder_backend}: {shape}", lambda shape=shape: self.run_folder(folder_backend, shape))
         self.save()
+
+
+def print_tables(result: dict) -> None:
+    """Pass costs (ms by width) beside the peer's token and the floor; speed against the peer."""
+    print(f"pass ms by width {WIDTHS}; peer ms/token; floor ms (copy {result['copy_gb_s']} GB/s)", file=sys.stderr)
+    for backend, targets in result["backends"].items():
+        for shape, entry in targets.items():
+            peer = (result["peers"].get(shape) or {}).get("ms_per_token")
+            floor = (result["floor"].get(shape) or {}).get("ms")
+            for label in ("passes", "passes_eager"):
+                if label in entry:
+                    ms = " ".join(f"{entry[label][str(w)]['ms']:8.3f}" for w in WIDTHS)
+                    print(f"  {backend:17} {shape:4} {label:12} {ms}   peer {peer}  floor {floor}", file=sys.stderr)
+    for row in result["speed"]:
+        print("  " + ", ".join(f"{k} {v}" for k, v in row.items()), file=sys.stderr)
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -490,11 +566,13 @@ def main() -> int:
     args.new_tokens = args.new_tokens or (12 if dry else 32)
     args.prompts = args.prompts or (2 if dry else 3)
     args.repeats = args.repeats or (3 if dry else 7)
-    args.max_len = args.context + args.new_tokens + 2 * Engine.MAX_NODES + 64
+    # a multiple of 256: exllamav2's generator pages its cache in 256-token pages
+    args.max_len = -(-(args.context + args.new_tokens + 2 * Engine.MAX_NODES + 64) // 256) * 256
     tokenizer_dir = args.tokenizer or export_tokenizer("smollm2-135m", Path(tempfile.mkdtemp(prefix="gpu_shapes_")))
     run = Run(args, load_tokenizer(tokenizer_dir), tokenizer_dir)
     run.all()
     result = run.result
+    print_tables(result)
     for entry in result["policy"]:
         print(f"{entry['backend']:9} {entry['target']:4} draft {entry['draft'] or '-':4}  one-token pass "
               f"{entry['one_token_pass_ms']:.3f} ms, width cost {entry['width_cost']:.4f}, draft cost "

@@ -45,6 +45,22 @@ def test_shapes_dry_run_and_the_policy_under_its_costs(tmp_path: Path) -> None:
         assert all(r["host_ms_per_pass"] > 0 for r in rows)
         # drafts from a document holding the greedy output were accepted: the accept path ran
         assert any(r["tokens_per_pass"] > 1 for r in rows if r["document"] == "greedy output")
+        assert all(r["tokens_per_s"] > 0 for r in rows)
+
+    # torch: eager passes beside the captured ones (the CPU stand-in for capture), and plain
+    # decoding uncaptured writing what it writes captured
+    for entry in result["backends"]["torch"].values():
+        assert set(entry["passes_eager"]) == WIDTHS and entry["captured_passes"] >= len(WIDTHS)
+        assert entry["uncaptured_identical"] is True
+    assert set(result["floor"]) == {"1.5b", "7b"} and result["copy_gb_s"] > 0
+    assert all(f["ms"] > 0 and f["weight_gb"] > 0 for f in result["floor"].values())
+    # exllamav2's generator's stand-in, against our plain decoding, and the speed beside it
+    assert set(result["peers"]) == {"1.5b", "7b"}
+    for peer in result["peers"].values():
+        assert peer["peer"].startswith("plain greedy loop") and peer["identical"] and peer["tokens_per_s"] > 0
+    assert len(result["speed"]) == 4
+    assert all(s["peer_tokens_per_s"] > 0 and s["ar_over_peer"] > 0 and s["lookup_over_peer"] > 0
+               for s in result["speed"])
 
     policy = result["policy"]
     assert len(policy) == 8

@@ -179,7 +179,8 @@ class _Bucket:
 class PassGraphs:
     """Static-cache passes bucketed by width. `run(inputs, logits)` is the model's pass over
     PassInputs; `idle_start` a cache position past every context, with a bucket's width of
-    rows behind it, where captures write."""
+    rows behind it, where captures write. A bucket is made (captured) at its first pass: a
+    loading engine's calibration runs every width, so the graphs are captured at load."""
 
     def __init__(self, run: Run, device: torch.device, static: StaticCache, idle_start: int):
         self.device, self.widths = device, tuple(sorted(static.widths))
@@ -203,11 +204,6 @@ class PassGraphs:
     def clear(self) -> None:
         """Forget every bucket: what the passes read (the head, a kernel's copy) has moved."""
         self._buckets.clear()
-
-    def prepare(self, cache: int = 0) -> None:
-        """Make (on CUDA: capture) every bucket's pass for KV cache `cache` now."""
-        for width in self.widths:
-            self._get(cache, width)
 
     def _get(self, cache: int, width: int) -> _Bucket:
         key = (cache, width)
