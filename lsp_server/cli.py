@@ -79,10 +79,10 @@ def run_complete(args: argparse.Namespace) -> int:
 
     from engine.api import Request, Sampling
     from engine.errors import EngineError
-    from lsp_server.documents import Documents
+    from lsp_server.serving.documents import Documents
     from lsp_server.engines import open_engine
     from lsp_server.options import Settings
-    from lsp_server.suggester import Suggester, cursor_at, plan
+    from lsp_server.completion.suggester import Suggester, cursor_at, plan
 
     text = _read_text(args.file)
     cursor = cursor_at(text, args.line, args.col)
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in model_settings(args).items():  # flags given before or after the command
         setattr(args, name, value)
     if args.stdio and args.command is None:
-        from lsp_server import server
+        from lsp_server.serving import server
 
         return server.serve_stdio(args)
     if args.command == "complete":

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from lsp_server.files import read_text
+from lsp_server.serving.files import read_text
 from lsp_server.options import BY_NAME, add_mode_argument, add_model_arguments, model_settings
 
 MAX_FILE_BYTES = 2_000_000
@@ -52,11 +52,11 @@ def _cut(line: str, units: int) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from engine.errors import EngineError
-    from lsp_server.documents import Documents
-    from lsp_server.edit_history import edits_between
+    from lsp_server.serving.documents import Documents
+    from lsp_server.next_edit.history import edits_between
     from lsp_server.engines import open_engine
-    from lsp_server.next_edit import predict
-    from lsp_server.suggester import cursor_at
+    from lsp_server.next_edit.rewrite import predict
+    from lsp_server.completion.suggester import cursor_at
 
     text, before = _read(args.file), _read(args.before)
     if cursor_at(text, args.line, args.col) is None:

@@ -150,7 +150,7 @@ OPTIONS: tuple[Option, ...] = (
            "ms a request waits for its suggestion after the prefill (0: no limit)",
            minimum=0),
     # The most the first request at a new spot may spend prefilling: past that it gets a window
-    # this prefills in time (lsp_server/cold_window.py), and the full one is prefilled in the
+    # this prefills in time (lsp_server/completion/cold_window.py), and the full one is prefilled in the
     # background for the requests after it. 0: always the full window, however long it takes
     # (as llama.vim waits for llama-server's).
     Option("coldPrefillMs", float, Settings.coldPrefillMs,
@@ -159,7 +159,7 @@ OPTIONS: tuple[Option, ...] = (
     # Tokens of the file above the cursor in a prompt: more inform the line better and take
     # longer to prefill (with the full window always cached, 2,560 got llama.vim's exactness on
     # the pause replay where 1,024 got three quarters of it: docs/server.md). null: sized to the
-    # machine (lsp_server/suggester.py's auto_window).
+    # machine (lsp_server/completion/suggester.py's auto_window).
     Option("windowTokens", int, Settings.windowTokens,
            "tokens of the file before the cursor in a prompt, at most what the model's context leaves "
            "(more: righter, slower to prefill); null: what this machine prefills in 4 s, 1,024 to 2,560",
@@ -167,13 +167,13 @@ OPTIONS: tuple[Option, ...] = (
     # Wait before starting a generation; a newer keystroke cancels the wait.
     Option("debounceMs", float, Settings.debounceMs,
            "ms to wait before generating; a newer keystroke cancels it", minimum=0),
-    # Put the repository's context in the prompt (lsp_server/repo_context.py): definitions of
+    # Put the repository's context in the prompt (lsp_server/completion/repo_context.py): definitions of
     # the names near the cursor and of those the file imports, recent edits, similar chunks.
     # false: only chunks of the open documents similar to the cursor's surroundings.
     Option("repoContext", bool, Settings.repoContext,
            "repository context in the prompt: definitions of the names used near "
            "the cursor, recent edits, similar code (docs/context.md)"),
-    # Next-edit suggestions (lsp_server/next_edit.py): after a pause following an edit, the
+    # Next-edit suggestions (lsp_server/next_edit/rewrite.py): after a pause following an edit, the
     # matching change the user will make nearby, asked for with draftline/nextEdit.
     Option("nextEdit", bool, Settings.nextEdit, "next-edit suggestions: the same kind of change as the recent edits, nearby"),
     # The model that predicts next edits (any Qwen-family chat model: a name, a .gguf, a folder

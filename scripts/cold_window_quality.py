@@ -20,13 +20,13 @@ from pathlib import Path
 from engine.api import Request
 from engine.engine import Engine
 from engine.loading.catalog import DEFAULT
-from lsp_server import postprocess
+from lsp_server.completion import cleanup
 from lsp_server.bench.machine import cpu_name
 from lsp_server.bench.pauses import walks
 from lsp_server.bench.quality import edit_similarity
 from lsp_server.bench.sources import find_sources
-from lsp_server.cold_window import cold_prompt
-from lsp_server.context import Cursor
+from lsp_server.completion.cold_window import cold_prompt
+from lsp_server.completion.prompt import Cursor
 
 
 def cases(paths: list[Path], pauses: int, seed: int, suffix: bool) -> list[tuple[str, int, Cursor, str]]:
@@ -51,7 +51,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write every answer here")
     args = ap.parse_args()
     engine = Engine.load()
-    stop = postprocess.stop_rule(False, "")
+    stop = cleanup.stop_rule(False, "")
     chosen = cases(args.paths, args.pauses, args.seed, args.suffix)
     report = {"model": {"name": DEFAULT, "dtype": engine.dtype},
               "machine": {"cpu": cpu_name(), "cores": os.cpu_count()},

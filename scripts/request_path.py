@@ -31,8 +31,8 @@ def main() -> int:
                     "(the native decoder on the file, as users run it)")
     args = ap.parse_args()
     from engine.engine import Engine
-    from lsp_server import server as server_module
-    from lsp_server.scheduler import Scheduler
+    from lsp_server.serving import server as server_module
+    from lsp_server.serving.scheduler import Scheduler
 
     from pygls.workspace import Workspace
 
@@ -42,11 +42,11 @@ def main() -> int:
     engine = Engine.load("smollm2-135m", dtype=args.dtype, threads=2)
     server.engine = engine
     if hasattr(server, "documents"):  # the releases with one store of documents
-        from lsp_server.suggester import Suggester
+        from lsp_server.completion.suggester import Suggester
 
         server.suggester = Suggester(engine, server.documents)
     elif hasattr(server, "suggester"):  # the releases that have one orchestrator
-        from lsp_server.suggester import Suggester
+        from lsp_server.completion.suggester import Suggester
 
         server.suggester = Suggester(engine, server.settings, server.shareable_documents)
     text = (ROOT / "examples" / "shapes.py").read_text()

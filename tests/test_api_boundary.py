@@ -43,7 +43,7 @@ def test_complete_and_bench_through_an_endpoint_never_import_torch(tmp_path):
 
 
 def test_the_local_engine_is_imported_only_when_used():
-    out = subprocess.run([sys.executable, "-c", "import sys, engine, engine.api, lsp_server.server; "
+    out = subprocess.run([sys.executable, "-c", "import sys, engine, engine.api, lsp_server.serving.server; "
                           "print('torch' in sys.modules, 'engine.engine' in sys.modules)"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False", "False"], out.stderr

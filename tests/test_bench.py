@@ -18,7 +18,7 @@ from lsp_server.bench.sources import find_sources
 from lsp_server.bench.quality import edit_similarity, line_tasks
 from lsp_server.bench.tasks import build_tasks
 from lsp_server.cli import main
-from lsp_server.outline import outline
+from lsp_server.completion.outline import outline
 from tests.models import SMALL
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bench_repo"

@@ -7,7 +7,7 @@ from pathlib import Path
 from lsp_server.bench.edit_cases import sdist_cases
 from lsp_server.bench.next_edit_pauses import before_edit
 from lsp_server.bench.next_edits import apply_edit, is_next_edit, is_right, region_similarity, window_release
-from lsp_server.next_edit import NextEdit, Position
+from lsp_server.next_edit.rewrite import NextEdit, Position
 
 OLD = "\n".join(["import os", "", "def a(path):", "    return os.path.join(path, 'a')", "",
                  "def b(path):", "    return os.path.join(path, 'b')", "",

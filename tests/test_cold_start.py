@@ -22,10 +22,10 @@ from engine.loading.formats.gguf_mapped import map_gguf
 from engine.execution.plan import STORED, ExecutionPlan
 from engine.execution.kernels import Int8Weight
 from engine.loading.user_cache import content_key, write_atomically
-from lsp_server.documents import Documents
+from lsp_server.serving.documents import Documents
 from lsp_server.options import Settings
-from lsp_server.suggester import MAX_AUTO_WINDOW, Suggester, auto_window, plan as plan_at
-from lsp_server.context import Budget, Cursor
+from lsp_server.completion.suggester import MAX_AUTO_WINDOW, Suggester, auto_window, plan as plan_at
+from lsp_server.completion.prompt import Budget, Cursor
 from tests import gguf_files
 from tests.code_samples import stdlib_text
 from tests.tiny_models import random_weights

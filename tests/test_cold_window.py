@@ -1,6 +1,6 @@
 """The cold window: within its budget, the lines just above the cursor and the header of the
 scope around it, in the file's order."""
-from lsp_server.cold_window import cold_prefix, scope_header
+from lsp_server.completion.cold_window import cold_prefix, scope_header
 from tests.code_samples import stdlib_text
 
 SOURCE = '''import os
@@ -77,8 +77,8 @@ def _qwen_like(small_tokenizer):
 
 
 def test_warm_start_keeps_the_cached_lines_and_adds_the_nearest(small_tokenizer):
-    from lsp_server.cold_window import warm_start
-    from lsp_server.context import Cursor, fim_prompt
+    from lsp_server.completion.cold_window import warm_start
+    from lsp_server.completion.prompt import Cursor, fim_prompt
 
     tok = _qwen_like(small_tokenizer)
     lines = [f"value_{i} = compute({i})" for i in range(200)]
@@ -97,8 +97,8 @@ def test_warm_start_keeps_the_cached_lines_and_adds_the_nearest(small_tokenizer)
 
 
 def test_warm_start_keeps_cached_other_files_before_a_cold_window(small_tokenizer):
-    from lsp_server.cold_window import warm_start
-    from lsp_server.context import Cursor, fim_prompt
+    from lsp_server.completion.cold_window import warm_start
+    from lsp_server.completion.prompt import Cursor, fim_prompt
 
     tok = _qwen_like(small_tokenizer)
     cursor = Cursor("".join(f"value_{i} = compute({i})\n" for i in range(200)), "")
@@ -111,8 +111,8 @@ def test_warm_start_keeps_cached_other_files_before_a_cold_window(small_tokenize
 
 
 def test_a_cold_window_grows_down_to_a_cursor_below_it(small_tokenizer):
-    from lsp_server.cold_window import cold_prompt, grown_prompt
-    from lsp_server.context import Cursor
+    from lsp_server.completion.cold_window import cold_prompt, grown_prompt
+    from lsp_server.completion.prompt import Cursor
 
     tok = _qwen_like(small_tokenizer)
     lines = SOURCE.split("\n")

@@ -4,7 +4,7 @@ from dataclasses import replace
 from tokenizers import Tokenizer as HFTokenizer
 
 from engine.tokenization.tokenizer import Tokenizer
-from lsp_server.context import (
+from lsp_server.completion.prompt import (
     WINDOW_STEP_LINES, Block, Budget, Cursor, build_prompt, prefix_window, similar_snippets)
 from tests.code_samples import stdlib_text
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from lsp_server.documents import Documents
-from lsp_server.workspace import WorkspaceIndex
+from lsp_server.serving.documents import Documents
+from lsp_server.serving.workspace import WorkspaceIndex
 
 
 class HeldDocuments:

@@ -2,7 +2,7 @@
 client sends (huge pastes, whole-file replaces, binary text, undo storms) makes it grow or fail."""
 import random
 
-from lsp_server.edit_history import (
+from lsp_server.next_edit.history import (
     MAX_EDIT_CHARS, MAX_EDITS, Edit, EditHistories, EditHistory, changed_span, edits_between)
 
 CODE = "def area(w, h):\n    return w * h\n\n\ndef volume(w, h, d):\n    return area(w, h) * d\n"

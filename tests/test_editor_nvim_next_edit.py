@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lsp_server.bench.next_edits import apply_edit
-from lsp_server.next_edit import NextEdit, Position
+from lsp_server.next_edit.rewrite import NextEdit, Position
 from tests.test_editor_nvim import INIT, REPO, _run
 
 SCRIPT = REPO / "tests" / "editors" / "nvim_next_edit_test.lua"

@@ -1,5 +1,5 @@
 """The shared file rules: nested .gitignore files, secrets, binaries, links out of the tree."""
-from lsp_server.files import GitIgnore, is_secret, read_text
+from lsp_server.serving.files import GitIgnore, is_secret, read_text
 
 
 def test_each_gitignore_applies_below_its_folder(tmp_path):

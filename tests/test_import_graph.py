@@ -96,3 +96,27 @@ def test_the_project_has_no_import_cycle():
     found = cycles(graph())
     assert not found, "import cycles (modules that import each other, directly or not):\n" + "\n".join(
         " <-> ".join(c) for c in found)
+
+
+
+# lsp_server's rooms: completion and next edits are used by serving, the CLI and bench, and
+# import nothing of serving, so each can be read, tested and moved without the server.
+ROOMS_BELOW_SERVING = ("lsp_server.completion", "lsp_server.next_edit")
+
+
+def against_direction(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{name} -> {target}" for name, targets in edges.items()
+                  if name.startswith(ROOMS_BELOW_SERVING)
+                  for target in targets if target.startswith("lsp_server.serving"))
+
+
+def test_the_direction_check_sees_a_wrong_import():
+    edges = {"lsp_server.completion.prompt": {"engine.api"},
+             "lsp_server.next_edit.rewrite": {"lsp_server.serving.scheduler"},
+             "lsp_server.serving.server": {"lsp_server.completion.prompt"}}
+    assert against_direction(edges) == ["lsp_server.next_edit.rewrite -> lsp_server.serving.scheduler"]
+
+
+def test_completion_and_next_edits_import_nothing_of_serving():
+    wrong = against_direction(graph())
+    assert not wrong, "completion/next_edit import serving:\n" + "\n".join(wrong)

@@ -1,5 +1,5 @@
-"""The server's counters (lsp_server/metrics.py) for what clients report."""
-from lsp_server.metrics import Metrics
+"""The server's counters (lsp_server/serving/metrics.py) for what clients report."""
+from lsp_server.serving.metrics import Metrics
 
 
 def test_partial_accepts_count_apart_from_full_ones_and_sum_new_characters():

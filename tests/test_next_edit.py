@@ -1,8 +1,8 @@
 """Next-edit prediction: the window, the prompt, the smallest edit, and a rewrite decoded
 speculatively that is exactly plain decoding's."""
 from engine.draft_length import PassCosts
-from lsp_server.edit_history import Edit
-from lsp_server.next_edit import (
+from lsp_server.next_edit.history import Edit
+from lsp_server.next_edit.rewrite import (
     WINDOW_LINES, NextEdit, Position, Shown, Window, chat_prompt, first_change_end, instruction, keep_layout,
     onto_window, predict, shown_window, smallest_edit, window_at)
 

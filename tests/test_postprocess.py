@@ -1,5 +1,5 @@
 """The suggestion-shaping rules, on hand-written editing situations."""
-from lsp_server.postprocess import clean, is_multiline, may_suggest, stop_rule
+from lsp_server.completion.cleanup import clean, is_multiline, may_suggest, stop_rule
 
 
 def test_suggest_only_where_closers_or_nothing_follow():

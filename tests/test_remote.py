@@ -16,8 +16,8 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from engine.api import Request
 from engine.remote import Endpoint, RemoteEngine, RemoteError
 from engine.remote.engine import FimTexts
-from lsp_server.context import Cursor, build_prompt
-from lsp_server.postprocess import stop_rule
+from lsp_server.completion.prompt import Cursor, build_prompt
+from lsp_server.completion.cleanup import stop_rule
 from tests.remote_servers import SERVED_NAME, LlamaServer, StubServer, free_port, needs_llama_server
 
 pytestmark = pytest.mark.integration  # remote servers: llama.cpp's and stub HTTP servers

@@ -16,13 +16,13 @@ from tokenizers import Tokenizer as HFTokenizer
 from engine.loading.fetch import model_path
 from engine.tokenization import load_tokenizer
 from engine.tokenization.tokenizer import Tokenizer
-from lsp_server.context import Block, Cursor, build_prompt
-from lsp_server.documents import Documents
+from lsp_server.completion.prompt import Block, Cursor, build_prompt
+from lsp_server.serving.documents import Documents
 from lsp_server.options import Settings
-from lsp_server.outline import imports, outline
-from lsp_server.repo_context import MAX_OUTLINED, Repository, choose, module_paths, names_near
-from lsp_server.suggester import Plan, Suggester, plan
-from lsp_server.workspace import MAX_FILES, WorkspaceIndex
+from lsp_server.completion.outline import imports, outline
+from lsp_server.completion.repo_context import MAX_OUTLINED, Repository, choose, module_paths, names_near
+from lsp_server.completion.suggester import Plan, Suggester, plan
+from lsp_server.serving.workspace import MAX_FILES, WorkspaceIndex
 from tests.models import REAL
 
 SHOP = Path(__file__).parent / "fixtures" / "shop_repo"

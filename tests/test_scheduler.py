@@ -1,4 +1,4 @@
-"""Which job cancels which on the model thread (lsp_server/scheduler.py): requests cancel every
+"""Which job cancels which on the model thread (lsp_server/serving/scheduler.py): requests cancel every
 background job, a next-edit prediction cancels idle prefills but no suggestion, and idle work
 cancels only its own document's job."""
 import asyncio
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from lsp_server.scheduler import Job, Scheduler, Superseded
+from lsp_server.serving.scheduler import Job, Scheduler, Superseded
 
 pytestmark = pytest.mark.asyncio
 

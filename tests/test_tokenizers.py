@@ -18,7 +18,7 @@ from engine.healing import Healer
 from engine.models import load_model
 from engine.loading.formats.gguf_header import read_header
 from engine.tokenization.tokenizer import FimTokens
-from lsp_server.context import Cursor, build_prompt
+from lsp_server.completion.prompt import Cursor, build_prompt
 from tests import refusals
 from tests.llama_vocab import needs_vocabs, tokenizer, vocab_path, write_vocab
 from tests.tiny_models import random_llama

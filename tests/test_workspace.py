@@ -2,7 +2,7 @@
 import time
 from pathlib import Path
 
-from lsp_server.workspace import MAX_BYTES, WorkspaceIndex
+from lsp_server.serving.workspace import MAX_BYTES, WorkspaceIndex
 
 
 def test_index_skips_secrets_ignored_binary_and_big_files_and_follows_changes(tmp_path: Path):

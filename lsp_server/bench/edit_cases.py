@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from lsp_server.edit_history import Edit
-from lsp_server.next_edit import WINDOW_ABOVE, WINDOW_LINES
+from lsp_server.next_edit.history import Edit
+from lsp_server.next_edit.rewrite import WINDOW_ABOVE, WINDOW_LINES
 
 SUFFIXES = (".py",)
 MAX_HUNK_LINES = 4  # lines on either side of a hunk used as an edit

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lsp_server.bench.edit_cases import EditCase
 from lsp_server.bench.pauses import DraftlineEditor
-from lsp_server.next_edit import NextEdit, Position, utf16_units
+from lsp_server.next_edit.rewrite import NextEdit, Position, utf16_units
 
 MOVE_S = 1.5
 NEOVIM_DELAY_S = 0.6

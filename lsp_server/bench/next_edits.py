@@ -1,5 +1,5 @@
 """The next-edit workload: real edits (bench/edit_cases.py) put to the prediction as the server
-makes it (lsp_server/next_edit.py), scored and timed.
+makes it (lsp_server/next_edit/rewrite.py), scored and timed.
 
 Per case: was the next edit exactly right (it makes the next hunk of the newer release, and
 every other change it makes is a hunk of that release too); was it at least right (only
@@ -29,10 +29,10 @@ from engine.loading.user_cache import cache_dir
 from lsp_server.bench.edit_cases import EditCase, Hunk, apply, hunks, sdist_cases
 from lsp_server.bench.next_edit_pauses import Served, run_served
 from lsp_server.bench.quality import edit_similarity
-from lsp_server.documents import Documents
-from lsp_server.edit_history import changed_span
+from lsp_server.serving.documents import Documents
+from lsp_server.next_edit.history import changed_span
 from lsp_server.engines import open_engine
-from lsp_server.next_edit import NextEdit, predict, window_at
+from lsp_server.next_edit.rewrite import NextEdit, predict, window_at
 from lsp_server.options import BY_NAME, model_flags, model_settings
 
 

@@ -33,7 +33,7 @@ from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
 from lsp_server.bench.lsp_client import Client
 from lsp_server.bench.quality import edit_similarity, string_lines
 from lsp_server.bench.sources import SourceFile
-from lsp_server.next_edit import utf16_units
+from lsp_server.next_edit.rewrite import utf16_units
 
 PAUSES_PER_FILE = 4
 MIN_CODE_CHARS = 6  # `else:`, `pass`, `}` say little

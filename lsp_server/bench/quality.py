@@ -31,9 +31,9 @@ from engine.api import CompletionEngine
 from lsp_server.bench.runner import Workspace
 from lsp_server.bench.sources import SourceFile
 from lsp_server.options import Settings
-from lsp_server.outline import defined_names, outline
-from lsp_server.repo_context import COMMON_NAMES
-from lsp_server.suggester import Suggester, plan
+from lsp_server.completion.outline import defined_names, outline
+from lsp_server.completion.repo_context import COMMON_NAMES
+from lsp_server.completion.suggester import Suggester, plan
 
 _MIN_CHARS = 6  # shorter lines (`else:`, `pass`, `}`) say little about a model
 _MAX_NEW_TOKENS = 48

@@ -18,8 +18,8 @@ from engine.api import CompletionEngine, Request
 from lsp_server.bench.report import Run
 from lsp_server.bench.sources import SourceFile
 from lsp_server.bench.tasks import Task
-from lsp_server.documents import Documents
-from lsp_server.suggester import REMEMBER_BEFORE
+from lsp_server.serving.documents import Documents
+from lsp_server.completion.suggester import REMEMBER_BEFORE
 
 
 

@@ -15,7 +15,7 @@ from difflib import SequenceMatcher
 from pathlib import Path
 
 from engine.tokenization.tokenizer import Tokenizer
-from lsp_server.context import fim_prompt
+from lsp_server.completion.prompt import fim_prompt
 from lsp_server.bench.sources import SourceFile
 
 WORKLOADS = ("fresh", "repetitive")

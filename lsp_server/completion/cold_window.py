@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from engine.tokenization.tokenizer import Tokenizer
-from lsp_server.context import Cursor, fim_prompt, suffix_window
+from lsp_server.completion.prompt import Cursor, fim_prompt, suffix_window
 
 NEAR_SHARE = 0.8  # of the prefix budget, always for the lines just above the cursor
 HEADER_SHARE = 0.2  # at most, for the innermost scope's header

@@ -1,5 +1,5 @@
 """Prompt assembly: token-budgeted prefix/suffix windows around the cursor, pieces of other
-files (similar chunks of open documents; lsp_server/repo_context.py chooses more), and a
+files (similar chunks of open documents; lsp_server/completion/repo_context.py chooses more), and a
 fill-in-the-middle template when the model has FIM tokens; other files in the model's
 repository format when it has one (Qwen2.5-Coder's `<|repo_name|>`/`<|file_sep|>`), else as
 `# path` comments.

@@ -1,6 +1,6 @@
 """Which parts of the repository go into the prompt for the line at the cursor, best first:
 
-1. definitions (outlines: lsp_server/outline.py) of the names from elsewhere, nearest use to
+1. definitions (outlines: lsp_server/completion/outline.py) of the names from elsewhere, nearest use to
    the cursor first: in Python the names the file imports and the attributes (`x.name`) used
    near the cursor (its other names are local), in other languages the names used near the
    cursor; a file the import names comes first, then files nearer the current one in the tree;
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from itertools import count
 from pathlib import PurePosixPath
 
-from lsp_server.context import Block, Cursor, neighbourhood, similar_snippets
-from lsp_server.outline import Outline, defined_names, imports, outline
+from lsp_server.completion.prompt import Block, Cursor, neighbourhood, similar_snippets
+from lsp_server.completion.outline import Outline, defined_names, imports, outline
 
 MAX_OUTLINED = 24  # files outlined per choice
 FILES_PER_NAME = 2  # a name defined in several files: the likeliest two

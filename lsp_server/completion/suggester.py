@@ -12,16 +12,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from engine.api import CompletionEngine, Request, Sampling
 from engine.stats import Stats
-from lsp_server import postprocess
-from lsp_server.context import (
+from lsp_server.completion import cleanup
+from lsp_server.completion.prompt import (
     WINDOW_STEP_LINES, Block, Budget, Cursor, build_prompt, fit, neighbourhood, similar_snippets)
-from lsp_server.cold_window import cold_prompt, grown_prompt, warm_start
-from lsp_server.documents import Documents
+from lsp_server.completion.cold_window import cold_prompt, grown_prompt, warm_start
 from lsp_server.options import Settings
-from lsp_server.repo_context import choose, names_near
+from lsp_server.completion.repo_context import Repository, choose, names_near
 
 # Prompt tokens besides the window, the suffix, other files and the answer: the template, the
 # path, a draft tree's nodes.
@@ -78,9 +78,9 @@ def plan(uri: str, text: str, line: int, character: int, settings: Settings,
     cursor = cursor_at(text, line, character)
     if cursor is None or not settings.enabled or not cursor.prefix.strip():
         return None
-    if not postprocess.may_suggest(cursor.line_after):
+    if not cleanup.may_suggest(cursor.line_after):
         return None
-    return Plan(uri, cursor, postprocess.is_multiline(cursor.line_before, cursor.line_after, settings.multiline),
+    return Plan(uri, cursor, cleanup.is_multiline(cursor.line_before, cursor.line_after, settings.multiline),
                 uri if path is None else path)
 
 
@@ -93,8 +93,16 @@ class Suggestion:
     full_prompt: str | list[int] | None
 
 
+class Sources(Protocol):
+    """What a prompt may show of other files (serving's Documents is one): the open documents
+    that may be shared with `uri`'s prompt, and the workspace's repository."""
+    repository: Repository
+
+    def shareable(self, uri: str) -> dict[str, str]: ...
+
+
 class Suggester:
-    def __init__(self, engine: CompletionEngine, documents: Documents, budget: Budget = Budget()):
+    def __init__(self, engine: CompletionEngine, documents: Sources, budget: Budget = Budget()):
         """`documents`: the open documents whose snippets a prompt may show (never a file the
         workspace index refuses) and the workspace's files (its repository)."""
         self.engine = engine
@@ -180,8 +188,8 @@ class Suggester:
         """Run the model for `plan` with `settings` (call on the model thread) and clean its text."""
         cursor = plan.cursor
         prompt, full = self.prompt_for(cursor, self.context_for(plan, settings), plan.path, settings)
-        request = Request(settings.maxTokens, postprocess.stop_rule(plan.multiline, cursor.line_before),
+        request = Request(settings.maxTokens, cleanup.stop_rule(plan.multiline, cursor.line_before),
                           sampling, cancel, on_prefilled)
         result = self.engine.complete(prompt, request, settings.mode)
-        text = postprocess.clean(result.text, cursor.line_after, cursor.following_lines())
+        text = cleanup.clean(result.text, cursor.line_after, cursor.following_lines())
         return Suggestion(text, result.stats, full)

@@ -1,4 +1,4 @@
-"""The user's recent edits per document, for next-edit predictions (lsp_server/next_edit.py).
+"""The user's recent edits per document, for next-edit predictions (lsp_server/next_edit/rewrite.py).
 
 Each document's text is kept as last seen; a new text is compared with it (common prefix and
 suffix, found by bisection on slice comparisons), which gives the changed span whatever the

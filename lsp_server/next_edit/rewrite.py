@@ -1,7 +1,7 @@
 """Next-edit prediction: from the user's recent edits, the edit they will make next near the
 cursor.
 
-    recent edits (lsp_server/edit_history.py) + a window of lines around the cursor
+    recent edits (lsp_server/next_edit/history.py) + a window of lines around the cursor
       -> a chat prompt: the edits as before/after blocks, then "make the same kind of change
          wherever it is still needed in the following code; reply with the whole code block",
          the window as it was before the last edit (the model makes that one again, like the
@@ -27,7 +27,7 @@ from pathlib import PurePosixPath
 from engine.api import EDIT_CACHE, CompletionEngine, Request
 from engine.stats import Stats
 from engine.tokenization.tokenizer import Tokenizer
-from lsp_server.edit_history import Edit, changed_span
+from lsp_server.next_edit.history import Edit, changed_span
 
 # The window the model rewrites: of 20, 17 and 14 lines, the smallest was right most often on
 # real edits (a shorter rewrite has fewer places to drift; docs/next_edit.md).

@@ -18,9 +18,9 @@ from pathlib import Path
 from pygls.uris import to_fs_path
 
 from engine.api import CompletionEngine
-from lsp_server.files import display_name, is_secret
-from lsp_server.repo_context import Repository
-from lsp_server.workspace import WorkspaceIndex
+from lsp_server.serving.files import display_name, is_secret
+from lsp_server.completion.repo_context import Repository
+from lsp_server.serving.workspace import WorkspaceIndex
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Document:
 class Documents:
     def __init__(self, root: Path | None = None, watch: bool = False):
         """`root`: the workspace's folder (None: no workspace; names are file names). `watch`:
-        index the files under it (lsp_server/workspace.py) once an engine is there to feed;
+        index the files under it (lsp_server/serving/workspace.py) once an engine is there to feed;
         either way its rules decide which open documents a prompt may show."""
         self.root = root
         self.repository = Repository(root.name if root is not None else "")

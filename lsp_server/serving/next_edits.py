@@ -1,13 +1,13 @@
 """`draftline/nextEdit`: the server's side of next-edit suggestions.
 
-It keeps each open document's recent edits (lsp_server/edit_history.py) and answers a request
+It keeps each open document's recent edits (lsp_server/next_edit/history.py) and answers a request
     {"textDocument": {"uri"}, "position": {"line", "character"}, "version"}
 with the next edit for that version of the document,
     {"start": {"line", "character"}, "end": {...}, "text": ..., "version": ...},
 or null: none due, the feature off, no model yet, or the document no longer at that version.
 
 A prediction never delays inline completion: it runs as a background job on the model thread,
-which any completion request cancels (lsp_server/scheduler.py), and typing in the document
+which any completion request cancels (lsp_server/serving/scheduler.py), and typing in the document
 cancels it too. The model is the loaded one, or `editModel`, loaded on first use.
 """
 from __future__ import annotations
@@ -22,11 +22,11 @@ from pygls.exceptions import JsonRpcInvalidParams
 
 from engine.api import CompletionEngine
 from engine.errors import EngineError
-from lsp_server.edit_history import EditHistories
+from lsp_server.next_edit.history import EditHistories
 from lsp_server.engines import open_engine
-from lsp_server.next_edit import predict
+from lsp_server.next_edit.rewrite import predict
 from lsp_server.options import Settings
-from lsp_server.scheduler import Job, Scheduler, Superseded
+from lsp_server.serving.scheduler import Job, Scheduler, Superseded
 
 log = logging.getLogger(__name__)
 

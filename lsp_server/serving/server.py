@@ -17,16 +17,16 @@ from pygls.uris import to_fs_path
 from engine.api import CompletionEngine, Sampling
 from engine.errors import EngineError
 from engine.stdout_guard import claim_stdout
-from lsp_server.context import Cursor
-from lsp_server.documents import Documents
+from lsp_server.completion.prompt import Cursor
+from lsp_server.serving.documents import Documents
 from lsp_server.engines import open_engine
-from lsp_server.metrics import Metrics
-from lsp_server.next_edit_requests import NEXT_EDIT, NextEdits, json_field, parse as parse_next_edit
-from lsp_server.protocol import AnsweringProtocol
-from lsp_server.scheduler import Job, Scheduler, Superseded
+from lsp_server.serving.metrics import Metrics
+from lsp_server.serving.next_edits import NEXT_EDIT, NextEdits, json_field, parse as parse_next_edit
+from lsp_server.serving.protocol import AnsweringProtocol
+from lsp_server.serving.scheduler import Job, Scheduler, Superseded
 from lsp_server.options import Settings, merge, model_settings
-from lsp_server.suggester import REMEMBER_BEFORE, Plan, Suggester, Suggestion, plan as plan_at
-from lsp_server.typed_through import TypedThroughCache
+from lsp_server.completion.suggester import REMEMBER_BEFORE, Plan, Suggester, Suggestion, plan as plan_at
+from lsp_server.completion.typed_through import TypedThroughCache
 
 log = logging.getLogger(__name__)
 

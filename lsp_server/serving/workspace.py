@@ -11,7 +11,7 @@ from pygls.uris import to_fs_path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from lsp_server.files import SKIP_DIRS, GitIgnore, is_secret, read_text
+from lsp_server.serving.files import SKIP_DIRS, GitIgnore, is_secret, read_text
 
 log = logging.getLogger(__name__)
 
