@@ -4,7 +4,9 @@
 #   scripts/gpu_check.sh --prepare   # here, with network: wheels + tokenizer.json into .gpu_wheels/
 #   scripts/gpu_check.sh             # on the GPU machine (carry .gpu_wheels); about 5-7 minutes:
 #                                    # the exllamav2 extension compiles for 3-4 min on 16 cores
-#   scripts/gpu_check.sh --shapes    # on the GPU machine: pass costs, host work per pass and
+#   scripts/gpu_check.sh --shapes    # on the GPU machine: pass costs (torch eager and captured,
+#                                    # exllamav2), the bandwidth floor, exllamav2's own generator
+#                                    # as the peer, tokens/s against it, host work per pass and
 #                                    # exactness at Qwen2.5-Coder's shapes (scripts/gpu_shapes.py),
 #                                    # within SHAPES_BUDGET_S (480) seconds in all
 #   scripts/gpu_check.sh --pauses    # on the GPU machine: bench's pause replay through the stdio
