@@ -38,6 +38,7 @@ fi
 
 PY=${PY:-python3}
 SECONDS=0
+compgen -G "$WHEELS/*.whl" >/dev/null || { echo "no wheels in $WHEELS: run scripts/gpu_check.sh --prepare first" >&2; exit 1; }
 mkdir -p "$OUTDIR"
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}                       # parallel nvcc jobs for the JIT build
