@@ -12,6 +12,7 @@ same tasks go to a shared server (mode "remote").
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -24,7 +25,8 @@ from lsp_server.bench import next_edits
 from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwidth_gb_s
 from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
 from lsp_server.bench.lsp_client import setting
-from lsp_server.bench.pauses import DraftlineEditor, LlamaVimEditor, format_pauses, run_pauses, walks
+from lsp_server.bench.pause_editors import DraftlineEditor, LlamaVimEditor
+from lsp_server.bench.pauses import User, format_pauses, run_pauses, walks
 from lsp_server.bench.pauses import as_json as pauses_json
 from lsp_server.bench.pauses import summarize as summarize_pauses
 from lsp_server.bench.peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
@@ -65,9 +67,13 @@ def add_parser(sub) -> None:
                         "another file defines, other lines): exact match, edit similarity, through the "
                         "server's suggestion path, in every mode")
     p.add_argument("--pauses", type=int, default=0, metavar="N",
-                   help="also replay N pauses of someone writing your files line by line, through the stdio "
-                        "server and through llama-server asked as llama.vim asks it (pauses.py)")
-    p.add_argument("--key-ms", type=float, default=60, help="time between keystrokes in --pauses (default 60)")
+                   help="also replay N pauses of someone writing your files line by line on one clock for "
+                        "every contender: the stdio server as Neovim asks it, llama-server as llama.vim asks it "
+                        "(pauses.py); scored by what is on screen at each moment of a pause")
+    p.add_argument("--pause-s", type=float, default=1.5, help="with --pauses: each pause's length (default 1.5)")
+    p.add_argument("--key-ms", type=float, default=120, help="with --pauses: time between keys (default 120)")
+    p.add_argument("--read-s", type=float, default=0.0,
+                   help="with --pauses: time between opening a file and its first key (default 0)")
     p.add_argument("--setting", action="append", default=[], type=setting, metavar="KEY=JSON",
                    help="with --pauses: a setting the editor sends our stdio server, e.g. --setting coldPrefillMs=0")
     p.add_argument("--context", choices=("repo", "none", "both"), default="both",
@@ -171,6 +177,7 @@ def _draft_path(args: argparse.Namespace) -> Path | None:
 def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> dict:
     """The pause replay (pauses.py): our server, and llama-server where it can run."""
     chosen = walks(files, args.pauses, args.seed)
+    user = _user(args)
     if not chosen:
         raise _fail("--pauses needs files of at least 60 lines")
     root = Path(os.path.commonpath([str(w.path.resolve().parent) for w in chosen]))
@@ -187,13 +194,21 @@ def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> di
             server.close()
             server = None
     try:
-        pauses = run_pauses(editors, chosen, args.key_ms / 1000)
+        pauses = run_pauses(editors, chosen, user)
+        counters = editors[0].stats()
     finally:
         editors[0].stop()
         if server is not None:
             server.close()
-    return {"summary": summarize_pauses(pauses), "runs": pauses_json(pauses),
-            "files": [str(w.path) for w in chosen], "key_ms": args.key_ms, "server_settings": dict(args.setting)}
+    summary = summarize_pauses(pauses, user)
+    summary["draftline"]["window_tokens"] = counters.get("windowTokens")
+    return {"summary": summary, "runs": pauses_json(pauses), "server_counters": counters,
+            "files": [str(w.path) for w in chosen], "user": dataclasses.asdict(user),
+            "server_settings": dict(args.setting)}
+
+
+def _user(args: argparse.Namespace) -> User:
+    return User(args.pause_s, args.key_ms / 1000, args.read_s)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -205,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
             args.tasks + args.quality + args.pauses == 0:
         raise _fail("--tasks, --quality and --pauses must be at least 0, one of them positive; "
                     "--max-new-tokens at least 1")
+    if args.pause_s <= 0 or args.key_ms < 0 or args.read_s < 0:
+        raise _fail("--pause-s must be positive, --key-ms and --read-s at least 0")
     if (args.pauses or args.host_work) and args.endpoint:
         raise _fail("--pauses and --host-work run locally; they do not take --endpoint")
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
@@ -288,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
     if quality_lines:
         table += format_quality(report["quality"])
     if args.pauses:
-        table += format_pauses(report["pauses"]["summary"])
+        table += format_pauses(report["pauses"]["summary"], _user(args))
     sys.stdout.write(table.lstrip("\n") + "\n")  # the report is the command's output
     if args.json is not None:
         write_json(report, args.json)

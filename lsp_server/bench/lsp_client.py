@@ -25,6 +25,7 @@ class Client:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.replies: dict[int, tuple[float, dict]] = {}
         self.status: dict = {}  # the server's last draftline/status notification
+        self.notifications: list[dict] = []  # the server's other notifications, until taken
         self.cond = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -41,6 +42,8 @@ class Client:
                         self.replies[message["id"]] = (time.perf_counter(), message)
                     elif message.get("method") == "draftline/status":
                         self.status = message["params"]
+                    elif "method" in message:
+                        self.notifications.append(message)
                     self.cond.notify_all()
 
     def send(self, message: dict) -> None:
@@ -52,6 +55,18 @@ class Client:
         with self.cond:
             self.cond.wait_for(lambda: msg_id in self.replies, timeout)
         return self.replies[msg_id][1]
+
+    def wait_any(self, timeout: float) -> None:
+        """Wait until any message arrives, at most `timeout` seconds."""
+        with self.cond:
+            self.cond.wait(timeout)
+
+    def take_notifications(self, method: str) -> list[dict]:
+        """The params of the `method` notifications received since the last call, oldest first."""
+        with self.cond:
+            taken = [m.get("params") for m in self.notifications if m["method"] == method]
+            self.notifications = [m for m in self.notifications if m["method"] != method]
+        return taken
 
     def request(self, msg_id: int, method: str, params: dict, timeout: float = 300) -> dict:
         self.send({"id": msg_id, "method": method, "params": params})

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lsp_server.bench.edit_cases import EditCase
-from lsp_server.bench.pauses import DraftlineEditor
+from lsp_server.bench.pause_editors import DraftlineEditor
 from lsp_server.next_edit.rewrite import NextEdit, Position, utf16_units
 
 MOVE_S = 1.5
