@@ -9,15 +9,16 @@ from tokenizers import AddedToken
 from tokenizers import Tokenizer as HFTokenizer
 
 from engine.errors import ModelLoadError
-from engine.tokenization import gguf_bpe, gguf_spm
+from engine.tokenization.gguf_bpe import build as build_bpe
+from engine.tokenization.gguf_spm import build as build_spm
 from engine.loading.formats.gguf_header import read_header
 from engine.tokenization.special_names import BY_KEY, END_OF_GENERATION
 from engine.tokenization.tokenizer import FimTokens, Tokenizer
 
 # tokenizer.ggml.model -> (builder, how its pieces spell text)
 _MODELS: dict[str, tuple[Callable[[dict[str, Any], Path], tuple[HFTokenizer, bool]], str]] = {
-    "gpt2": (gguf_bpe.build, "byte_level"),
-    "llama": (gguf_spm.build, "sentencepiece"),
+    "gpt2": (build_bpe, "byte_level"),
+    "llama": (build_spm, "sentencepiece"),
 }
 # gguf.TokenType
 _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED = 2, 3, 4, 5
