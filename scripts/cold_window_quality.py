@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from engine.api import Request
-from engine.engine import Engine
+from engine import Engine
 from engine.loading.catalog import DEFAULT
 from lsp_server.completion import cleanup
 from lsp_server.bench.machine import cpu_name

@@ -43,7 +43,7 @@ import numpy as np
 from engine.api import Request
 from engine.draft_length import PassCosts
 from engine.drafters.hybrid import Hybrid
-from engine.engine import Engine
+from engine import Engine
 from engine.execution.backends.base import Backend
 from lsp_server.bench.sources import find_sources
 from lsp_server.bench.tasks import WORKLOADS, Task, build_tasks, prompt_tokens
