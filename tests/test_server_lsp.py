@@ -225,6 +225,35 @@ async def test_budget_never_shows_a_fragment_and_finishes_in_background(client: 
     assert whole is not None and whole.items[0].insert_text == unhurried.items[0].insert_text
 
 
+async def test_a_cold_answer_is_followed_by_the_full_windows_where_the_user_still_waits(client: LanguageClient):
+    """With no time to prefill (coldPrefillMs 1), a new spot is answered from a cold window; once
+    requests pause the server writes the suggestion from the full window, says so where it
+    differs, and the next request there gets it: the same text an unhurried request gets."""
+    text = "".join(f"def square_{i}(x):\n    return x * x + {i}\n\n\n" for i in range(12)) + "def square_12(x):\n    "
+    settings = lambda cold: types.DidChangeConfigurationParams(settings={**OPTIONS, "coldPrefillMs": cold})  # noqa: E731
+    client.workspace_did_change_configuration(settings(1))
+    uri = open_doc(client, "improve.py", text)
+    before = await stats(client)
+    cold = await client.text_document_inline_completion_async(inline_params(uri, *end_of(text)))
+    for _ in range(600):
+        if (await stats(client))["improvedWindows"] > before["improvedWindows"]:
+            break
+        await asyncio.sleep(0.1)
+    after = await stats(client)
+    better = await client.text_document_inline_completion_async(inline_params(uri, *end_of(text)))
+    ready = [r for r in client.ready if r.uri == uri]
+    close_doc(client, uri)
+    client.workspace_did_change_configuration(settings(0))
+    fresh = open_doc(client, "improve2.py", text)
+    unhurried = await client.text_document_inline_completion_async(inline_params(fresh, *end_of(text)))
+    close_doc(client, fresh)
+    assert after["coldWindows"] == before["coldWindows"] + 1
+    assert after["improvedWindows"] == before["improvedWindows"] + 1
+    assert better is not None and better.items[0].insert_text == unhurried.items[0].insert_text
+    said = cold is None or cold.items[0].insert_text != better.items[0].insert_text
+    assert len(ready) == said  # told only where the screen changes
+
+
 async def test_a_resting_cursor_prefills_its_window_and_bad_params_are_ignored(client: LanguageClient):
     """draftline/cursor (our clients: where the cursor came to rest) prefills the window at the
     end of that line in the background; malformed params are logged, and the server serves on."""

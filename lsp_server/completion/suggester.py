@@ -40,6 +40,10 @@ def auto_window(prefill_tokens_per_s: float) -> int:
     return int(max(Budget.prefix_tokens, min(MAX_AUTO_WINDOW, prefill_tokens_per_s * WINDOW_FILL_S)))
 
 
+# The least a cold window holds, however slow the machine or short coldPrefillMs: the cursor's
+# line and a few above it (an empty prompt is no suggestion at all).
+MIN_COLD_TOKENS = 32
+
 # Characters before a suggestion remembered with it (Engine.remember): enough for the engine's
 # lead of a few tokens.
 REMEMBER_BEFORE = 200
@@ -117,15 +121,16 @@ class Suggester:
         self._context.pop(uri, None)
 
     def context_for(self, plan: Plan, settings: Settings) -> list[Block]:
-        """Other files' pieces for the prompt, chosen again only when the prefix window moves
-        or the names near the cursor change: the prompt's start (and the KV cache) survives
-        typing."""
+        """Other files' pieces for the prompt, chosen once per region of the file (the prefix
+        window's step), for the names near the cursor where the region was first asked: they come
+        first in the prompt, so choosing them again as the names change would empty the KV cache
+        at every line the user writes."""
         repo = bool(settings.repoContext)
-        names = names_near(plan.cursor) if repo else ()
-        key = (plan.cursor.prefix.count("\n") // WINDOW_STEP_LINES, repo, names)
+        key = (plan.cursor.prefix.count("\n") // WINDOW_STEP_LINES, repo)
         cached = self._context.get(plan.uri)
         if cached is not None and cached[0] == key:
             return cached[1]
+        names = names_near(plan.cursor) if repo else ()
         others = self.documents.shareable(plan.uri)
         if repo:
             picked = choose(plan.path, plan.cursor, others, self.documents.repository, names).blocks
@@ -160,7 +165,7 @@ class Suggester:
         allowed_s = settings.coldPrefillMs / 1000
         if not allowed_s or engine.prefill_seconds(full) <= allowed_s:
             return full, None
-        fits = int(engine.prefill_tokens_per_s() * allowed_s)
+        fits = max(MIN_COLD_TOKENS, int(engine.prefill_tokens_per_s() * allowed_s))
         last = self._cold[1] if self._cold is not None and self._cold[0] == path else ()
         grown = grown_prompt(cursor, engine.tokenizer, fits, last)
         if grown is not None:
@@ -184,10 +189,14 @@ class Suggester:
         return not cancel.is_set()
 
     def generate(self, plan: Plan, settings: Settings, cancel: threading.Event, sampling: Sampling = Sampling(),
-                 on_prefilled: Callable[[], None] | None = None) -> Suggestion:
-        """Run the model for `plan` with `settings` (call on the model thread) and clean its text."""
+                 on_prefilled: Callable[[], None] | None = None, whole: bool = False) -> Suggestion:
+        """Run the model for `plan` with `settings` (call on the model thread) and clean its text.
+        `whole`: from the full window however long its prefill takes (the better-informed answer
+        that follows a cold one)."""
         cursor = plan.cursor
         prompt, full = self.prompt_for(cursor, self.context_for(plan, settings), plan.path, settings)
+        if whole and full is not None:
+            prompt, full = full, None
         request = Request(settings.maxTokens, cleanup.stop_rule(plan.multiline, cursor.line_before),
                           sampling, cancel, on_prefilled)
         result = self.engine.complete(prompt, request, settings.mode)

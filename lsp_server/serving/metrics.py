@@ -20,6 +20,7 @@ class Metrics:
         self.continued = 0  # answered empty at the time budget; finished in the background
         self.cold_windows = 0  # answered from a shortened window: the full one would not prefill in time
         self.prefetched = 0  # full windows prefilled where the cursor rested, before a request
+        self.improved_windows = 0  # cold answers followed by one from the full window at the same spot
         self.accepted = 0  # suggestions the client reported as taken whole
         self.partially_accepted = 0  # partial accepts (a word, a line) the client reported
         self.accepted_chars = 0  # UTF-16 code units of suggestions taken by partial accepts
@@ -53,7 +54,8 @@ class Metrics:
         lat = list(self.latencies_ms)
         return {"requests": self.requests, "generated": self.generated,
                 "cancelled": self.cancelled, "cacheHits": self.cache_hits, "continued": self.continued,
-                "coldWindows": self.cold_windows, "prefetched": self.prefetched,
+                "coldWindows": self.cold_windows, "improvedWindows": self.improved_windows,
+                "prefetched": self.prefetched,
                 "accepted": self.accepted, "partiallyAccepted": self.partially_accepted,
                 "acceptedChars": self.accepted_chars, "shown": self.shown,
                 "acceptanceRate": self.acceptance_rate, "p50Ms": _percentile(lat, 0.5),

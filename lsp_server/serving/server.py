@@ -36,7 +36,7 @@ SUGGESTION_READY = "draftline/suggestionReady"  # {uri, position}: ask again the
 # no position with didOpen or didChange).
 CURSOR = "draftline/cursor"
 INDEX_DELAY_S = 0.5  # re-index a changed document once typing pauses
-EXTEND_IDLE_S = 0.25  # prefill a shortened prompt's full window after this long without requests
+EXTEND_IDLE_S = 0.25  # follow a cold window's answer with the full window's after this long without requests
 ALTERNATIVE = Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=0)  # for invoked requests
 
 
@@ -176,7 +176,7 @@ class DraftlineServer(LanguageServer):
             await self.scheduler.debounce(uri, settings.debounceMs / 1000)
             job, created = self.scheduler.submit(uri, (cursor, alternatives, settings), work)
             if created:
-                job.future.add_done_callback(lambda f: self._finished(plan, job))
+                job.future.add_done_callback(lambda f: self._finished(plan, position, doc.version, job))
             runs = await self.scheduler.wait(job, settings.timeBudgetMs / 1000 or None)
         except Superseded:
             self.metrics.cancelled += 1
@@ -206,9 +206,10 @@ class DraftlineServer(LanguageServer):
         if job.future.result()[0].text:
             self.protocol.notify(SUGGESTION_READY, {"uri": uri, "position": {"line": position.line, "character": position.character}})
 
-    def _finished(self, plan: Plan, job: Job) -> None:
+    def _finished(self, plan: Plan, position: types.Position, version: int, job: Job) -> None:
         """A suggestion job ended, answered in time or in the background: count it, keep its
-        text for the next request there, and extend a shortened window once typing pauses."""
+        text for the next request there, and follow a cold window with the full one once
+        requests pause."""
         if job.future.cancelled() or job.future.exception() is not None or job.cancel.is_set():
             return
         runs, uri, cursor = job.future.result(), plan.uri, plan.cursor
@@ -219,7 +220,7 @@ class DraftlineServer(LanguageServer):
         self.typed.remember(uri, cursor.prefix, cursor.suffix, runs[0].text)
         if runs[0].full_prompt is not None:
             self.metrics.cold_windows += 1
-            self._extend_later(uri, runs[0].full_prompt)
+            self._improve_later(plan, position, version, runs[0].text, runs[0].full_prompt)
 
     def prefetch(self, uri: str, line: int) -> None:
         """The cursor rests on `line`: prefill the full window at its end in the background, so
@@ -245,15 +246,46 @@ class DraftlineServer(LanguageServer):
         if not done.cancelled() and done.exception() is None and done.result():
             self.metrics.prefetched += 1
 
-    def _extend_later(self, uri: str, prompt: str | list[int]) -> None:
-        arrivals, rests, engine = self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine
+    def _improve_later(self, plan: Plan, position: types.Position, version: int, shown: str,
+                       full: str | list[int]) -> None:
+        """A cold window answered at `position` (document `version`): once requests pause, prefill
+        the full window (idle work: any request cancels it, and its start stays cached for the
+        next), and if the document has not changed meanwhile, write the suggestion from it. Where
+        that differs from the one shown, it replaces it in the typed-through cache and the client
+        is told to ask again: the screen gets better while the user waits."""
+        uri, arrivals, rests = plan.uri, self.scheduler.arrivals(plan.uri), self._rests.get(plan.uri, 0)
+        engine, suggester, settings = self.engine, self.suggester, self.settings
 
-        def extend() -> None:
-            if (self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine) == (arrivals, rests, engine):
-                self.scheduler.submit(uri, ("extend", id(prompt)), lambda job: engine.prefill(
-                    engine.prompt_tokens(prompt), job.cancel), idle=True)
+        def unchanged() -> bool:
+            doc = self.documents.get(uri)
+            return doc is not None and doc.version == version
 
-        asyncio.get_running_loop().call_later(EXTEND_IDLE_S, extend)
+        def improve(job: Job) -> Suggestion | None:
+            engine.prefill(engine.prompt_tokens(full), job.cancel)
+            if job.cancel.is_set() or not unchanged():
+                return None
+            return suggester.generate(plan, settings, job.cancel, whole=True)
+
+        def start() -> None:
+            if (self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine) != (arrivals, rests, engine):
+                return
+            job, created = self.scheduler.submit(uri, ("improve", id(full)), improve, idle=True)
+            if created:
+                job.future.add_done_callback(lambda f: self._improved(plan, position, shown, job))
+
+        asyncio.get_running_loop().call_later(EXTEND_IDLE_S, start)
+
+    def _improved(self, plan: Plan, position: types.Position, shown: str, job: Job) -> None:
+        if job.future.cancelled() or job.future.exception() is not None or job.cancel.is_set():
+            return
+        better = job.future.result()
+        if better is None:
+            return
+        self.metrics.improved_windows += 1
+        if better.text and better.text != shown:
+            self.typed.remember(plan.uri, plan.cursor.prefix, plan.cursor.suffix, better.text)
+            self.protocol.notify(SUGGESTION_READY, {"uri": plan.uri, "position": {
+                "line": position.line, "character": position.character}})
 
 
 server = DraftlineServer()
