@@ -67,7 +67,7 @@ models: $(STAMP)
 test: $(STAMP) editors models $(CONVERTER) $(LLAMA_VOCAB) $(LLAMA_SERVER) $(LLAMA_SERVER_BIN)
 	DRAFTLINE_LLAMA_SERVER=$(abspath $(LLAMA_SERVER_BIN)) $(PY) -m pytest -q -rs
 
-# The unit tier: no llama.cpp, Node.js, Neovim or real models; under a minute on 2 cores.
+# The unit tier: no llama.cpp, Node.js, Neovim or real models; under 40 s on 2 cores.
 check: $(STAMP)
 	$(PY) -m pytest -q -rs -m "not integration and not real_model"
 

@@ -36,6 +36,7 @@ def run_edit(tmp_path: Path, before: str, after: str, *args: str) -> subprocess.
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.integration  # the embedded model loaded in a process of its own
 def test_the_edit_has_the_lsp_shape(tmp_path):
     out = run_edit(tmp_path, BEFORE, AFTER, "--line", "1", "--col", "4", "--model", SMALL, "--threads", "1", "--json")
     assert out.returncode == 0, out.stderr

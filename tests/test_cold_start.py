@@ -207,6 +207,7 @@ def test_calibration_is_kept_and_a_corrupt_file_is_measured_again(monkeypatch, t
         calibrate.load_or_measure(model, 4, 1, "key")
 
 
+@pytest.mark.integration  # the embedded model loaded twice, and decoding until costs are kept
 def test_pass_costs_corrected_by_decoding_are_kept_for_the_next_start(monkeypatch):
     """The embedded model on the native backend: its calibration is kept at load; after
     completions, the costs its timed passes corrected replace the kept ones, and the next
@@ -233,6 +234,7 @@ def test_pass_costs_corrected_by_decoding_are_kept_for_the_next_start(monkeypatc
     assert again.costs.timed == pytest.approx(engine.costs.timed) and sum(engine.costs.timed) >= 20
 
 
+@pytest.mark.integration  # the embedded model loaded twice
 def test_a_measured_prefill_rate_is_kept_for_the_first_start():
     """What `lsp_server fetch` runs after loading: a prefill in the server's chunks, whose last
     full chunk's rate replaces calibration's estimate (from a narrow pass) in the kept

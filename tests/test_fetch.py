@@ -59,7 +59,8 @@ class Files:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # shutdown() waits for the loop's next poll: 0.5 s a server by default
+        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
 
     @property
     def url(self) -> str:

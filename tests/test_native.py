@@ -418,6 +418,7 @@ def test_a_failed_build_is_remembered_and_the_opt_out_is_honoured(tmp_path, monk
         native.load_library.cache_clear()
 
 
+@pytest.mark.integration  # the embedded model loaded whole
 def test_a_cancelled_prefill_pass_stops_after_the_layer_in_flight():
     """On the native backend a prefill chunk is one wide pass; a cancel set while it runs ends
     it after the layer in flight (here set before it starts: after the first layer, whose keys
