@@ -1,5 +1,7 @@
 """`lsp_server edit FILE --before OLD_FILE --line L --col C`: the next edit the server would
-propose, the difference between OLD_FILE and FILE being the user's recent edits."""
+propose, the difference between OLD_FILE and FILE being the user's recent edits, and where it
+is (lines from the cursor); with `--expect NEW_FILE`, whether it is exact (every change it
+makes is one NEW_FILE makes)."""
 from __future__ import annotations
 
 import argparse
@@ -24,8 +26,11 @@ def add_parser(sub) -> None:
                    help=BY_NAME["editModel"].doc)
     add_model_arguments(p)
     add_mode_argument(p)
+    p.add_argument("--expect", type=Path,
+                   help="FILE as it should become: report whether the edit is exact (makes only changes it makes)")
     p.add_argument("--json", action="store_true",
-                   help='print the edit as {"start": {"line", "character"}, "end": ..., "text": ...}, or {}')
+                   help='print the edit as {"start": {"line", "character"}, "end": ..., "text": ..., "distance": '
+                        'lines from the cursor, "exact": with --expect}, or {}')
 
 
 def _read(path: Path) -> str:
@@ -44,6 +49,13 @@ def _preview(text: str, edit, path: str) -> str:
     return f"@@ {path}:{edit.start.line + 1} @@\n{gone}" + "".join(f"+{s}\n" for s in changed.split("\n"))
 
 
+def _where(where: dict) -> str:
+    """Where the edit is, and whether it is exact when known, as one line."""
+    lines = where["distance"]
+    said = f"{abs(lines)} lines {'below' if lines >= 0 else 'above'} the cursor"
+    return f"-- {said}" + ("" if "exact" not in where else f", exact: {'yes' if where['exact'] else 'no'}") + "\n"
+
+
 def _cut(line: str, units: int) -> tuple[str, str]:
     """`line` split at a column counted in UTF-16 code units."""
     at = len(line.encode("utf-16-le")[:2 * units].decode("utf-16-le", errors="ignore"))
@@ -57,8 +69,10 @@ def run(args: argparse.Namespace) -> int:
     from lsp_server.engines import open_engine
     from lsp_server.next_edit.rewrite import predict
     from lsp_server.completion.suggester import cursor_at
+    from lsp_server.bench.next_edits import apply_edit, changes_only_as
 
     text, before = _read(args.file), _read(args.before)
+    expected = None if args.expect is None else _read(args.expect)
     if cursor_at(text, args.line, args.col) is None:
         raise SystemExit(f"lsp_server: position {args.line}:{args.col} is outside {args.file}")
     edits = edits_between(before, text)
@@ -74,11 +88,14 @@ def run(args: argparse.Namespace) -> int:
         except EngineError as exc:
             raise SystemExit(f"lsp_server: {exc}") from None
         edit, stats = prediction.edit, prediction.stats
+    where = {} if edit is None else {"distance": edit.start.line - args.line}
+    if edit is not None and expected is not None:
+        where["exact"] = changes_only_as(text, apply_edit(text, edit), expected)
     # A command-line tool, not the stdio server: its result goes to stdout.
     if args.json:
-        sys.stdout.write(json.dumps(edit.as_dict() if edit else {}) + "\n")
+        sys.stdout.write(json.dumps(edit.as_dict() | where if edit else {}) + "\n")
     elif edit is not None:
-        sys.stdout.write(_preview(text, edit, args.file.name))
+        sys.stdout.write(_preview(text, edit, args.file.name) + _where(where))
     if stats is not None:
         sys.stderr.write(f"-- {stats.new_tokens} tokens in {stats.total_ms:.0f} ms ({args.mode}): "
                          f"{stats.target_passes} target passes, {stats.tokens_per_pass:.2f} tokens/pass, "

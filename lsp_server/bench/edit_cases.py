@@ -1,10 +1,12 @@
 """Next-edit cases from real changes: the diff between two released versions of a package's
 source (two sdists), file by file.
 
-- A repeated-edit case comes from a run of consecutive hunks that make the same kind of change
-  (the same tokens removed and added: a rename, a new argument at every call, the same fix):
-  the run's first hunk is applied, the cursor is on its last line, and the next edit due is the
-  run's second hunk. Only hunks the model's window can reach are asked for.
+- A repeated-edit case comes from hunks that make the same kind of change (the same tokens
+  removed and added: a rename, a new argument at every call, the same fix; or the same once
+  names are abstracted: `super(Foo, self)` and `super(Bar, self)` both become `super()`),
+  other hunks between them or not: the first is applied, the cursor is on its last line, and
+  the next edit due is the next of its kind, at most MAX_DISTANCE lines below. One case per
+  kind of change and file: the later ones of a kind are taken.
 - A no-edit-due case comes from a file changed by a single hunk: it is applied, and nothing
   more is due.
 """
@@ -18,10 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lsp_server.next_edit.history import Edit
+from lsp_server.next_edit.places import FIXED
 from lsp_server.next_edit.rewrite import WINDOW_ABOVE, WINDOW_LINES
 
 SUFFIXES = (".py",)
 MAX_HUNK_LINES = 4  # lines on either side of a hunk used as an edit
+MAX_DISTANCE = 60  # lines from the cursor to the next edit due, at most
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
@@ -43,6 +47,18 @@ class EditCase:
     edits: tuple[Edit, ...]  # the recent edits
     release: str  # the file in the newer version: every edit still due made
     next_line: int | None  # where the next edit due starts in `text`; None: no edit due
+    one_line: bool = False  # the edit made and the one due each change one line into one line
+
+    @property
+    def distance(self) -> int | None:
+        """Lines from the cursor to the next edit due."""
+        return None if self.next_line is None else self.next_line - self.line
+
+    @property
+    def near(self) -> bool:
+        """The next edit due lies in the window around the cursor (WINDOW_LINES, WINDOW_ABOVE
+        of them above)."""
+        return self.next_line is not None and self.next_line < max(0, self.line - WINDOW_ABOVE) + WINDOW_LINES
 
 
 def read_sdist(path: Path) -> dict[str, str]:
@@ -64,11 +80,22 @@ def hunks(old: list[str], new: list[str]) -> list[Hunk]:
             for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
 
 
-def signature(hunk: Hunk) -> tuple:
+def signature(hunk: Hunk, abstract: bool = False) -> tuple:
     """What the hunk removes and adds, as tokens, whatever their place: equal for the same kind
-    of change in different places."""
-    removed, added = Counter(_TOKEN.findall("\n".join(hunk.old))), Counter(_TOKEN.findall("\n".join(hunk.new)))
+    of change in different places. `abstract`: the user's names (not keywords or builtins) as
+    one token."""
+    def count(lines: tuple[str, ...]) -> Counter:
+        found = _TOKEN.findall("\n".join(lines))
+        return Counter("NAME" if abstract and (t[0].isalpha() or t[0] == "_") and t not in FIXED else t for t in found)
+    removed, added = count(hunk.old), count(hunk.new)
     return tuple(sorted((removed - added).items())), tuple(sorted((added - removed).items()))
+
+
+def same_kind(first: Hunk, other: Hunk) -> bool:
+    """The same change, named the same or once names are abstracted (a change of names alone
+    abstracts to nothing, and does not count that way)."""
+    return any(signature(first, abstract) == signature(other, abstract) and any(signature(first, abstract))
+               for abstract in (False, True))
 
 
 def apply(old: list[str], chosen: list[Hunk]) -> list[str]:
@@ -100,22 +127,22 @@ def file_cases(package: str, path: str, old_text: str, new_text: str) -> tuple[l
         text = "\n".join(apply(old, [first]))
         return [], [EditCase(f"{package}/{path}:{line + 1}", path, text, line, (_as_edit(old, first, first.a1),),
                              text, None)]
-    repeated, i = [], 0
-    while i < len(found):
-        run = [found[i]]
-        while i + len(run) < len(found) and signature(found[i + len(run)]) == signature(found[i]):
-            run.append(found[i + len(run)])
-        i += len(run)
-        if len(run) < 2 or not all(_small(h) for h in run) or not any(signature(run[0])):
+    repeated, taken = [], set()
+    for i, first in enumerate(found):
+        if i in taken or not _small(first):
             continue
-        first = run[0]
+        chain = [k for k in range(i + 1, len(found)) if k not in taken and same_kind(first, found[k])]
+        taken.update(chain)
+        if not chain or not _small(found[chain[0]]):
+            continue
+        second = found[chain[0]]
         line = first.a1 + max(0, len(first.new) - 1)  # the first edit's last line, in the new text
         shift = len(first.new) - len(first.old)
-        window_end = max(0, line - WINDOW_ABOVE) + WINDOW_LINES
-        if run[1].a2 + shift > window_end:
+        if second.a1 + shift - line > MAX_DISTANCE:
             continue
+        one_line = all(len(h.old) == len(h.new) == 1 for h in (first, second))
         repeated.append(EditCase(f"{package}/{path}:{line + 1}", path, "\n".join(apply(old, [first])), line,
-                                 (_as_edit(old, first, first.a1),), new_text, run[1].a1 + shift))
+                                 (_as_edit(old, first, first.a1),), new_text, second.a1 + shift, one_line))
     return repeated, []
 
 

@@ -6,8 +6,12 @@ every other change it makes is a hunk of that release too); was it at least righ
 hunks of the release, not the next one: an earlier spot, or a change of another kind nearby);
 the edit similarity, against the
 release, of the lines either changed in the window; for no-edit-due cases, was an edit shown;
-the wall time of the prediction (its prompt shares little with the one before: about a cold
-prefill, as at a new spot) and the rewrite's tokens per target pass.
+where the edit is (lines from the cursor to its start, and to the edit due); the wall time of
+the prediction (its prompt shares little with the one before: about a cold prefill, as at a
+new spot), the rewrite's tokens per target pass, and the place finder's time on the case's file
+repeated to at least PLACE_LINES lines. Shares come with their 95% Wilson intervals, for the
+repeated edits near the cursor (inside today's window), far from it (up to 60 lines) and those
+of one line into one line.
 """
 from __future__ import annotations
 
@@ -28,11 +32,13 @@ from engine.errors import EngineError
 from engine.loading.user_cache import cache_dir
 from lsp_server.bench.edit_cases import EditCase, Hunk, apply, hunks, sdist_cases
 from lsp_server.bench.next_edit_pauses import Served, run_served
+from lsp_server.bench.pauses import wilson
 from lsp_server.bench.quality import edit_similarity
 from lsp_server.serving.documents import Documents
 from lsp_server.next_edit.history import changed_span
 from lsp_server.engines import open_engine
-from lsp_server.next_edit.rewrite import NextEdit, predict, window_at
+from lsp_server.next_edit.places import places
+from lsp_server.next_edit.rewrite import NextEdit, predict, window_for
 from lsp_server.options import BY_NAME, model_flags, model_settings
 
 
@@ -47,6 +53,14 @@ class EditResult:
     seconds: float
     tokens_per_pass: float
     new_tokens: int
+    due_distance: int | None  # lines from the cursor to the edit due
+    shown_distance: int | None  # lines from the cursor to the edit proposed
+    near: bool  # the edit due lies in the window around the cursor
+    one_line: bool  # the edits are each one line into one line
+    place_ms: float  # finding the places in the case's file repeated to PLACE_LINES lines
+
+
+PLACE_LINES = 3_000
 
 
 def apply_edit(text: str, edit: NextEdit) -> str:
@@ -79,14 +93,19 @@ def is_next_edit(case: EditCase, after: str) -> bool:
 
 def is_right(case: EditCase, after: str) -> bool:
     """`after` changes the text, and only as the release does."""
-    text = case.text.split("\n")
-    made, due = hunks(text, after.split("\n")), set(hunks(text, case.release.split("\n")))
+    return changes_only_as(case.text, after, case.release)
+
+
+def changes_only_as(text: str, after: str, expected: str) -> bool:
+    """`after` changes `text`, and each of its changes is one that `expected` makes."""
+    lines = text.split("\n")
+    made, due = hunks(lines, after.split("\n")), set(hunks(lines, expected.split("\n")))
     return bool(made) and all(h in due for h in made)
 
 
 def window_release(case: EditCase) -> str:
     """The case's text with the release's hunks inside the model's window made."""
-    window = window_at(case.text, case.line)
+    window = window_for(case.text, case.line, list(case.edits))
     end = window.first + window.text.count("\n") + 1
     text = case.text.split("\n")
     inside: list[Hunk] = [h for h in hunks(text, case.release.split("\n")) if window.first <= h.a1 and h.a2 <= end]
@@ -113,24 +132,47 @@ def score_case(engine: CompletionEngine, documents: Documents, case: EditCase, m
     right = due and is_right(case, after)
     similarity = region_similarity(case.text, after, window_release(case)) if due else float(not prediction.edit)
     stats = prediction.stats
+    shown_distance = None if prediction.edit is None else prediction.edit.start.line - case.line
     return EditResult(case.name, due, prediction.edit is not None, exact, right, similarity, seconds,
-                      stats.tokens_per_pass, stats.new_tokens)
+                      stats.tokens_per_pass, stats.new_tokens, case.distance, shown_distance, case.near,
+                      case.one_line, place_ms(case))
+
+
+def place_ms(case: EditCase) -> float:
+    """Milliseconds to find the places in the case's file repeated to at least PLACE_LINES lines."""
+    copies = -(-PLACE_LINES // (case.text.count("\n") + 1))
+    text = "\n".join([case.text] * copies)
+    started = time.perf_counter()
+    places(text, case.line, list(case.edits))
+    return (time.perf_counter() - started) * 1000
+
+
+def share(hits: int, n: int) -> dict:
+    """A count out of n, its share and the share's 95% Wilson interval."""
+    return {"count": hits, "of": n, "share": round(hits / n, 4) if n else None, "interval": wilson(hits, n)}
 
 
 def summarize(results: list[EditResult]) -> dict:
     due = [r for r in results if r.due]
     none_due = [r for r in results if not r.due]
     passes = [r for r in results if r.new_tokens]
+    groups = {"all": due, "near": [r for r in due if r.near], "far": [r for r in due if not r.near],
+              "one_line": [r for r in due if r.one_line]}
     return {
         "repeated_cases": len(due),
         "exact_next_edit": sum(r.exact for r in due) / len(due) if due else None,
         "right_edit": sum(r.right for r in due) / len(due) if due else None,
         "edit_similarity": statistics.mean(r.similarity for r in due) if due else None,
+        "exact": {name: share(sum(r.exact for r in group), len(group)) for name, group in groups.items()},
+        "at_the_due_line": share(sum(r.shown_distance == r.due_distance for r in due), len(due)),
         "no_edit_due_cases": len(none_due),
         "shown_when_none_due": sum(r.shown for r in none_due) / len(none_due) if none_due else None,
+        "shown_none_due": share(sum(r.shown for r in none_due), len(none_due)),
         "p50_s": statistics.median(r.seconds for r in results) if results else None,
         "tokens_per_target_pass": (sum(r.new_tokens for r in passes) / sum(r.new_tokens / r.tokens_per_pass for r in passes)
                                    if passes else None),
+        "place_ms": {"p50": statistics.median(r.place_ms for r in results), "max": max(r.place_ms for r in results),
+                     "lines_at_least": PLACE_LINES} if results else None,
     }
 
 
@@ -161,12 +203,22 @@ def format_served(numbers: dict) -> str:
             f"(the pause's inline answer first: p50 {numbers['inline_p50_s'] or 0:.1f} s)")
 
 
+def _share(s: dict) -> str:
+    low, high = s["interval"]
+    return f"{s['count']} of {s['of']} ({_pct(s['share'])}, 95% {low:.0%}-{high:.0%})"
+
+
 def format_summary(numbers: dict) -> str:
-    return (f"next edit: {numbers['repeated_cases']} repeated-edit cases, exact {_pct(numbers['exact_next_edit'])} "
-            f"(an edit the release makes: {_pct(numbers['right_edit'])}), "
-            f"edit similarity {numbers['edit_similarity'] or 0:.2f}; {numbers['no_edit_due_cases']} no-edit-due cases, "
-            f"an edit shown in {_pct(numbers['shown_when_none_due'])}; p50 {numbers['p50_s'] or 0:.1f} s; "
-            f"{numbers['tokens_per_target_pass'] or 0:.2f} tokens per target pass")
+    exact = numbers["exact"]
+    places = numbers["place_ms"] or {"p50": 0, "max": 0, "lines_at_least": PLACE_LINES}
+    return (f"next edit: {numbers['repeated_cases']} repeated-edit cases, exact {_share(exact['all'])}: near the "
+            f"cursor {_share(exact['near'])}, up to 60 lines away {_share(exact['far'])}, one-line edits "
+            f"{_share(exact['one_line'])}; at the due line {_share(numbers['at_the_due_line'])}; an edit the "
+            f"release makes {_pct(numbers['right_edit'])}, edit similarity {numbers['edit_similarity'] or 0:.2f}\n"
+            f"no edit due: an edit shown in {_share(numbers['shown_none_due'])}\n"
+            f"p50 {numbers['p50_s'] or 0:.1f} s; {numbers['tokens_per_target_pass'] or 0:.2f} tokens per target pass; "
+            f"finding the places in {places['lines_at_least']:,}+ lines: p50 {places['p50']:.1f} ms, "
+            f"max {places['max']:.1f} ms")
 
 
 def fetch_sdists(spec: str) -> tuple[Path, Path]:

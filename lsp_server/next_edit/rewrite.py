@@ -1,7 +1,9 @@
-"""Next-edit prediction: from the user's recent edits, the edit they will make next near the
-cursor.
+"""Next-edit prediction: from the user's recent edits, the edit they will make next, where it
+is due.
 
-    recent edits (lsp_server/next_edit/history.py) + a window of lines around the cursor
+    recent edits (lsp_server/next_edit/history.py) + a window of lines: around the cursor, or
+    around the nearest place where the last edit's old form still stands when none lies there
+    (lsp_server/next_edit/places.py)
       -> a chat prompt: the edits as before/after blocks, then "make the same kind of change
          wherever it is still needed in the following code; reply with the whole code block",
          the window as it was before the last edit (the model makes that one again, like the
@@ -28,6 +30,7 @@ from engine.api import EDIT_CACHE, CompletionEngine, Request
 from engine.stats import Stats
 from engine.tokenization.tokenizer import Tokenizer
 from lsp_server.next_edit.history import Edit, changed_span
+from lsp_server.next_edit.places import places
 
 # The window the model rewrites: of 20, 17 and 14 lines, the smallest was right most often on
 # real edits (a shorter rewrite has fewer places to drift; docs/next_edit.md).
@@ -91,6 +94,17 @@ def window_at(text: str, line: int) -> Window:
     while end > first and not lines[end - 1].strip():
         end -= 1
     return Window(first, "\n".join(lines[first:end]))
+
+
+def window_for(text: str, line: int, edits: list[Edit]) -> Window:
+    """The window around the cursor's `line`, unless the edits' old form still stands only
+    outside it: then the window around the nearest such place (below the cursor first)."""
+    here = window_at(text, line)
+    end = here.first + here.text.count("\n") + 1
+    found = places(text, line, edits)
+    if not found or any(here.first <= place < end for place in found):
+        return here
+    return window_at(text, found[0])
 
 
 @dataclass(frozen=True)
@@ -327,7 +341,7 @@ def predict(engine: CompletionEngine, text: str, line: int, edits: list[Edit], p
             mode: str = "lookup", cancel: threading.Event | None = None) -> Prediction:
     """The next edit of document `text` (named `path`), the cursor on `line`, after `edits`
     (oldest first). Call on the model thread."""
-    window = window_at(text, line)
+    window = window_for(text, line, edits)
     if not edits or not window.text.strip():
         return Prediction(None, Stats(), None)
     lang = language(path)

@@ -1,0 +1,63 @@
+"""Where the next edit is due (lsp_server/next_edit/places.py): the last edit's old form, names
+abstracted, found where it still stands, nearest first and below before above; the window the
+model rewrites moves there only when no place lies around the cursor."""
+from lsp_server.next_edit.history import Edit
+from lsp_server.next_edit.places import pattern_of, places
+from lsp_server.next_edit.rewrite import WINDOW_LINES, window_at, window_for
+
+
+def filler(n: int, tag: str) -> list[str]:
+    return [f"    {tag}_{i} = {i}" for i in range(n)]
+
+
+def test_old_classes_are_found_below_first_then_above_and_changed_ones_are_not():
+    lines = ["class Top(object):", *filler(3, "a"), "class Done:", *filler(3, "b"), "class Edited:",
+             *filler(30, "c"), "class Far(object):", *filler(3, "d"), "class Near( object ) :"]
+    text = "\n".join(lines)
+    edit = Edit("class Edited(object):", "class Edited:", 8)
+    found = places(text, 8, [edit])
+    assert found == [lines.index("class Far(object):"), lines.index("class Near( object ) :"), 0]
+    assert places(text, 60, [edit]) == [lines.index("class Near( object ) :"), lines.index("class Far(object):"), 0]
+
+
+def test_super_with_any_class_name_but_not_the_new_form():
+    text = "\n".join(["        super(Alpha, self).__init__(a)", "        super().__init__(b)",
+                      "        super(Beta, self).run()", "        notsuper(Gamma, self).x"])
+    edit = Edit("        super(Zeta, self).__init__()", "        super().__init__()", 10)
+    assert places(text, 0, [edit]) == [0, 2]
+
+
+def test_a_loop_variable_binds_once_for_yield_from():
+    edit = Edit("        for x in self._items(a):\n            yield x", "        yield from self._items(a)", 0)
+    text = "\n".join(["def f():", "    for item in walk(tree, 2):", "        yield item",
+                      "def g():", "    for item in walk(tree):", "        yield other"])
+    assert places(text, 0, [edit]) == [1]
+
+
+def test_a_rename_finds_the_old_names_as_words():
+    edit = Edit("def area(width, height):", "def area(w, h):", 0)
+    text = "def area(w, h):\n    return width * height\n\ndef box(widths):\n    return 2 * (width + h)"
+    assert places(text, 0, [edit]) == [1, 4]
+
+
+def test_no_pattern_for_a_change_of_spaces_or_one_the_new_lines_still_hold():
+    assert pattern_of(Edit("x = f( a )", "x = f(a)", 0)) is None
+    assert pattern_of(Edit("f(a)", "f(a)\nf(a)", 0)) is None  # the old form stands in the new lines
+    assert pattern_of(Edit("x = 1", "x = 2", 0)).regex.search("y = 1") is None  # a bare number: its name kept
+
+
+def test_an_earlier_edit_gives_the_places_when_the_last_has_none():
+    text = "class A:\n    pass\nclass B(object):\n    pass"
+    edits = [Edit("class A(object):", "class A:", 0), Edit("    pass ", "    pass", 1)]
+    assert places(text, 1, edits) == [2]
+
+
+def test_the_window_moves_to_a_place_only_when_none_is_around_the_cursor():
+    lines = ["class A:", *filler(40, "x"), "class B(object):", *filler(5, "y")]
+    text = "\n".join(lines)
+    edit = Edit("class A(object):", "class A:", 0)
+    moved = window_for(text, 0, [edit])
+    assert moved == window_at(text, 41) and moved.first <= 41 < moved.first + WINDOW_LINES
+    near = "\n".join(["class A:", *filler(4, "x"), "class B(object):", *filler(40, "y")])
+    assert window_for(near, 0, [edit]) == window_at(near, 0)
+    assert window_for("\n".join(lines[:41]), 0, [edit]) == window_at(text, 0)  # no place: the cursor's
