@@ -13,8 +13,13 @@ VOCAB_DIR = Path(__file__).resolve().parents[1] / ".cache" / "llama-vocab"
 SEPARATOR = "\n__ggml_vocab_test__\n"
 VOCABS = sorted(p.name.removeprefix("ggml-vocab-").removesuffix(".gguf")
                 for p in VOCAB_DIR.glob("ggml-vocab-*.gguf"))
-needs_vocabs = pytest.mark.skipif(not VOCABS,
-                                  reason=f"no llama.cpp vocabularies in {VOCAB_DIR}: run `make test`")
+_UNPACKED = pytest.mark.skipif(not VOCABS, reason=f"no llama.cpp vocabularies in {VOCAB_DIR}: run `make test`")
+
+
+def needs_vocabs(test):
+    """llama.cpp's files, which `make test` unpacks, so the integration tier (building a large
+    vocabulary takes a second); skipped where they are not unpacked."""
+    return pytest.mark.integration(_UNPACKED(test))
 
 
 def vocab_path(name: str) -> Path:

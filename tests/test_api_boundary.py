@@ -49,6 +49,7 @@ def test_the_local_engine_is_imported_only_when_used():
     assert out.stdout.split() == ["False", "False"], out.stderr
 
 
+@pytest.mark.integration  # the embedded model loaded in a process of its own
 def test_a_model_the_native_decoder_runs_is_served_without_torch():
     """A GGUF the C decoder computes where it is mapped runs on the native backend: numpy and
     ctypes only, so a start does not pay torch's import (1.2-1.5 s on two cores)."""

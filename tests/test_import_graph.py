@@ -4,6 +4,7 @@ or moved one without the other. So too the native decoder's C files: no two call
 exported functions."""
 import ast
 import re
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +46,7 @@ def imported(path: Path, name: str, known: dict[str, Path]) -> set[str]:
     return found
 
 
+@cache  # two tests read it
 def graph() -> dict[str, set[str]]:
     known = modules()
     return {name: imported(path, name, known) for name, path in known.items()}

@@ -1,6 +1,6 @@
 """Tokenizer behaviour beyond the reference ids: refusals, special text, end/FIM/BOS tokens, and
 the BOS reaching the model. Small vocabularies are written here (tests/llama_vocab.py); the
-llama.cpp vocabularies come from .cache/llama-vocab."""
+llama.cpp vocabularies come from .cache/llama-vocab (their tests are in the integration tier)."""
 import json
 import string
 import time
