@@ -26,3 +26,21 @@ def test_the_next_edit_is_previewed_dismissed_and_made(tmp_path: Path) -> None:
     edit = NextEdit(Position(**e["start"]), Position(**e["end"]), e["text"])
     assert seen["before"].startswith("def area(w, h):\n    return w * h")
     assert seen["after"] == apply_edit(seen["before"], edit)
+
+
+JUMP_SCRIPT = REPO / "tests" / "editors" / "nvim_next_edit_jump_test.lua"
+
+
+def test_an_edit_away_from_the_view_is_marked_jumped_to_and_made(tmp_path: Path) -> None:
+    result = tmp_path / "result.json"
+    _run("0.12", "-u", str(INIT), "-c", f"luafile {JUMP_SCRIPT}", env={"DRAFTLINE_RESULT": str(result)})
+    seen = json.loads(result.read_text())
+    e = seen["edit"]
+    edit = NextEdit(Position(**e["start"]), Position(**e["end"]), e["text"])
+    assert seen["row"] == edit.start.line > seen["bottom"]  # marked where it is, out of view
+    assert seen["jumped"] == edit.start.line  # the first Tab moved the cursor there
+    assert seen["before"].startswith("class Shape:\n") and seen["after"] == apply_edit(seen["before"], edit)
+    assert 0 <= seen["asked_after_ms"] < NEOVIM_DELAY_MS / 2  # asked at once, not after the pause
+
+
+NEOVIM_DELAY_MS = 600  # the plugin's next_edit.delay_ms (editors/nvim/lua/draftline/config.lua)

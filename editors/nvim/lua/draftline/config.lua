@@ -19,8 +19,8 @@ M.defaults = {
     dismiss = '<C-]>',
   },
   -- Next-edit suggestions: asked for this long after the last change; in normal mode `accept`
-  -- jumps to the previewed edit and makes it, `dismiss` hides it (in insert mode the keys
-  -- above do: accept makes it when no inline suggestion is shown). false skips a key.
+  -- jumps to an edit marked out of view, or makes the previewed one, `dismiss` hides it (in
+  -- insert mode the keys above do: accept when no inline suggestion is shown). false skips a key.
   next_edit = {
     delay_ms = 600,
     keymaps = { accept = '<Tab>', dismiss = '<Esc>' },

@@ -1,13 +1,15 @@
 -- Next-edit suggestions: after a pause following an edit, ask the server (`draftline/nextEdit`)
--- for the matching change nearby and preview it: what goes is highlighted, what comes is shown
--- as virtual lines below it (inline ghost text when it only inserts on one line). Tab jumps to
--- it and makes it; Esc or any change to the buffer dismisses it. An edit is only shown and
--- made for the buffer version it was computed for.
+-- for the matching change where it is due and preview it: what goes is highlighted, what comes
+-- is shown as virtual lines below it (inline ghost text when it only inserts on one line). An
+-- edit outside the window's visible lines is first marked: a sign and virtual text at its line,
+-- and a hint at the cursor's; Tab jumps there and previews it, the next Tab makes it. Once made,
+-- the next one is asked for at once. Esc or any change to the buffer dismisses it. An edit is
+-- only shown and made for the buffer version it was computed for.
 local debounce = require('draftline.debounce')
 local M = {}
 
 local ns = vim.api.nvim_create_namespace('draftline_next_edit')
----@type table<integer, { edit: table, version: integer, client_id: integer }>
+---@type table<integer, { edit: table, version: integer, client_id: integer, away: boolean }>
 local shown = {}
 
 local function version_of(bufnr)
@@ -29,9 +31,22 @@ function M.dismiss(bufnr)
   return had
 end
 
-local function show(bufnr, edit, client)
-  M.dismiss(bufnr)
-  local enc = client.offset_encoding
+--- Whether buffer `row` lies outside the current window's visible lines.
+local function out_of_view(row)
+  return row < vim.fn.line('w0') - 1 or row > vim.fn.line('w$') - 1
+end
+
+--- An edit away from the view: a sign and the new text at its line, a hint at the cursor's.
+local function mark(bufnr, edit, srow)
+  local text = vim.trim((edit.text:gsub('%s*\n%s*', ' ⏎ ')))
+  vim.api.nvim_buf_set_extmark(bufnr, ns, srow, 0, { sign_text = '→', sign_hl_group = 'DiffAdd',
+                                                     virt_text = { { ' next edit: ' .. text, 'DiffAdd' } } })
+  local cursor = vim.api.nvim_win_get_cursor(0)[1] - 1
+  local where = srow > cursor and ('↓ line ' .. (srow + 1)) or ('↑ line ' .. (srow + 1))
+  vim.api.nvim_buf_set_extmark(bufnr, ns, cursor, 0, { virt_text = { { ' ' .. where .. ': next edit (Tab)', 'Comment' } } })
+end
+
+local function preview(bufnr, edit, enc)
   local srow, scol = byte_pos(bufnr, edit.start, enc)
   local erow, ecol = byte_pos(bufnr, edit['end'], enc)
   if srow == erow and scol == ecol and not edit.text:find('\n') then
@@ -48,7 +63,18 @@ local function show(bufnr, edit, client)
     end
     vim.api.nvim_buf_set_extmark(bufnr, ns, erow, 0, { virt_lines = lines })
   end
-  shown[bufnr] = { edit = edit, version = edit.version, client_id = client.id }
+end
+
+local function show(bufnr, edit, client)
+  M.dismiss(bufnr)
+  local srow = byte_pos(bufnr, edit.start, client.offset_encoding)
+  local away = out_of_view(srow)
+  if away then
+    mark(bufnr, edit, srow)
+  else
+    preview(bufnr, edit, client.offset_encoding)
+  end
+  shown[bufnr] = { edit = edit, version = edit.version, client_id = client.id, away = away }
 end
 
 --- Ask for the next edit at the cursor of `bufnr` (its current version).
@@ -67,19 +93,36 @@ function M.request(bufnr, client_id)
   end, bufnr)
 end
 
---- Make the previewed edit and put the cursor at its end; false when none is shown (or the
---- buffer is no longer at the edit's version: then the preview is dropped).
+--- Move the cursor to the marked edit and preview it there.
+local function jump(bufnr, s, client)
+  local row, col = byte_pos(bufnr, s.edit.start, client.offset_encoding)
+  vim.schedule(function() -- not inside an <expr> mapping, where the cursor may not move
+    vim.api.nvim_win_set_cursor(0, { row + 1, col })
+    vim.api.nvim_buf_clear_namespace(bufnr, ns, 0, -1)
+    preview(bufnr, s.edit, client.offset_encoding)
+  end)
+  shown[bufnr] = vim.tbl_extend('force', s, { away = false })
+end
+
+--- Jump to the marked edit, or make the previewed one and put the cursor at its end (then ask
+--- for the next at once); false when none is shown (or the buffer is no longer at the edit's
+--- version: then the preview is dropped).
 function M.accept(bufnr)
   bufnr = bufnr or vim.api.nvim_get_current_buf()
   local s = shown[bufnr]
   if not s then
     return false
   end
-  M.dismiss(bufnr)
   local client = vim.lsp.get_client_by_id(s.client_id)
   if not client or version_of(bufnr) ~= s.version then
+    M.dismiss(bufnr)
     return false
   end
+  if s.away then
+    jump(bufnr, s, client)
+    return true
+  end
+  M.dismiss(bufnr)
   local e = s.edit
   vim.schedule(function() -- not inside an <expr> mapping, where the buffer may not change
     vim.lsp.util.apply_text_edits({ { range = { start = e.start, ['end'] = e['end'] }, newText = e.text } }, bufnr,
@@ -89,6 +132,7 @@ function M.accept(bufnr)
     local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
     local col = #lines > 1 and #lines[#lines] or (select(2, byte_pos(bufnr, e.start, client.offset_encoding)) + #lines[1])
     vim.api.nvim_win_set_cursor(0, { row + 1, math.max(0, math.min(col, #line) - 1) })
+    M.request(bufnr, client.id)
   end)
   return true
 end
