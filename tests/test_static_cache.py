@@ -24,13 +24,16 @@ from engine.execution.backends.torch_llama import TorchLlama
 from engine.execution.static_passes import PASS_WIDTHS, StaticCache, cache_positions
 from engine.loading.weights import LoadedWeights
 from engine.tokenization.tokenizer import Tokenizer
-from tests.tiny_models import random_weights
+from tests.tiny_models import random_feature_draft, random_weights
 
 VOCAB = 16
 # the dynamic path; static at each pass's width; in the graphs' buckets; captured (the CPU stand-in)
 PATHS = {"dynamic": False, "static": StaticCache(widths=()), "bucketed": StaticCache(),
          "captured": StaticCache(stand_in=True)}
 STATIC = ["static", "bucketed", "captured"]
+# Decoding in every mode takes seconds per static path: the captured one (buckets on a static
+# cache, replayed) stays in the unit tier, the other two run in `make test`.
+DECODING_PATHS = [pytest.param(p, marks=pytest.mark.integration) for p in STATIC[:-1]] + STATIC[-1:]
 
 
 def tiny(seed: int, path: str, max_len: int = 256) -> TorchLlama:
@@ -119,9 +122,7 @@ def _engine(path: str) -> Engine:
     return Engine(target, tok, pair_draft(target, tok, draft, tok), pass_cost=[0.0] + [1.0] * 40, draft_cost=0.01)
 
 
-# Every mode over a tiny pair takes seconds per static path: the captured one (buckets on a
-# static cache, replayed) stays in the unit tier, the other two run in `make test`.
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.integration) for p in STATIC[:-1]] + STATIC[-1:])
+@pytest.mark.parametrize("path", DECODING_PATHS)
 def test_every_mode_writes_what_plain_decoding_writes(path):
     """Each mode on static passes (target and draft) against plain decoding on dynamic ones,
     with lookup drafting from the greedy output itself (drafts right), a copy changed every
@@ -144,6 +145,23 @@ def test_every_mode_writes_what_plain_decoding_writes(path):
                 accepted += out.stats.accepted
             engine.lookup.remove_document("seen")
     assert rejected > 0 and accepted > 0
+
+
+@pytest.mark.parametrize("path", DECODING_PATHS)
+def test_a_feature_draft_reads_the_states_static_passes_record(path):
+    """A draft reading the target's own features (EAGLE): the static passes record each
+    position's final state as the dynamic ones do, and its modes write plain decoding's tokens."""
+    tok, request = words(), Request(max_new_tokens=20)
+    targets = [tiny(1, p) for p in ("dynamic", path)]
+    plain, static = (Engine(t, tok, random_feature_draft(t, 5), pass_cost=[0.0] + [1.0] * 40, draft_cost=0.01)
+                     for t in targets)
+    for seed in range(3):
+        prompt = np.random.default_rng(seed).integers(0, VOCAB, 10).tolist() * 2
+        greedy = plain.complete(prompt, request, "ar").tokens
+        for mode in ("draft", "hybrid"):
+            assert static.complete(prompt, request, mode).tokens == greedy, (seed, mode)
+        n = static.target.length
+        np.testing.assert_allclose(static.target.features[:n], plain.target.features[:n], rtol=1e-5, atol=1e-5)
 
 
 def test_a_cache_that_does_not_fit_is_smaller_and_said_in_one_line(caplog):

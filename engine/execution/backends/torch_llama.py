@@ -253,10 +253,13 @@ class TorchLlama(TensorPasses, ArrayCache):
         return sum(weight_nbytes(w) for w in tensors)
 
     def record_features(self) -> None:
-        """Keep the final normed hidden state of each cached position in `features`."""
+        """Keep the final normed hidden state of each cached position in `features` (as many
+        rows as the KV cache: a static one's spare rows take padded passes' states)."""
         if self.features is None:
-            self.features = torch.zeros(self.max_len, self.config.hidden_size, dtype=self.dtype,
+            self.features = torch.zeros(self.k_cache.shape[2], self.config.hidden_size, dtype=self.dtype,
                                         device=self.device)
+            if self.graphs is not None:
+                self.graphs.clear()  # their passes write the states too now
 
     def memory(self, counted: set[int] | None = None) -> dict[str, int]:
         """Bytes by use: weights left in a mapped GGUF's pages (shared with the page cache,
@@ -288,8 +291,7 @@ class TorchLlama(TensorPasses, ArrayCache):
 
     @torch.inference_mode()
     def _pass(self, tokens: Sequence[int], parents: Sequence[int] | None, logits: bool) -> torch.Tensor | None:
-        # A feature draft reads the recorded states, which the dynamic path keeps.
-        if self.graphs is None or self.features is not None:
+        if self.graphs is None:
             ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
             return self.forward_hidden(self.embed_tokens(ids), tokens, parents, logits)
         n, start = len(tokens), self.length
@@ -432,10 +434,12 @@ class TorchLlama(TensorPasses, ArrayCache):
             return self.k_cache[i], self.v_cache[i]
 
         x = self._run_layers(self.embed_tokens(inputs.ids), inputs.positions, bias, len(self.layers), kernel, write)
-        if not logits:
+        if not logits and self.features is None:
             return None
         x = norm(x, self.norm, self.norm_bias, self.config.rms_eps, self.family.norm).to(self.dtype)
-        return self.head_logits(x, kernel)
+        if self.features is not None:  # a feature draft reads them (engine/drafters/feature_draft.py)
+            self.features.index_copy_(0, rows, x)
+        return self.head_logits(x, kernel) if logits else None
 
     def _run_layers(self, x: torch.Tensor, pos: torch.Tensor, bias: torch.Tensor, count: int, kernel: str,
                     rows: CacheRows) -> torch.Tensor:
