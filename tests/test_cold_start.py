@@ -161,17 +161,19 @@ def test_a_natively_run_model_is_calibrated_in_a_few_passes_without_copies(monke
     assert cal.prefill_tokens_per_s == pytest.approx(6 / cal.pass_cost[6])
 
 
-def test_native_passes_wider_than_the_widest_narrow_tile_are_estimated_not_timed(monkeypatch):
-    """A 25-token pass took half a first start's calibration: beyond 8 tokens the cost is
-    estimated in proportion to the 8-token pass."""
+def test_native_passes_wider_than_16_tokens_are_estimated_not_timed(monkeypatch):
+    """A 25-token pass took half a first start's calibration: beyond 16 tokens the cost is
+    estimated along the line through the 8- and 16-token passes (wide passes unpack their
+    rows once, then cost the same per token: panel_k.c)."""
     model = TorchLlama(random_weights(0, vocab=64, hidden=64, layers=2), torch.bfloat16, max_len=256, quant="int8")
     widths = []
     forward = model.forward
     monkeypatch.setattr(model, "forward", lambda tokens, **kw: widths.append(len(tokens)) or forward(tokens, **kw))
-    cal = calibrate.measure(model, max_width=12, max_threads=1)
-    assert sorted(widths) == [1, 1, 2, 4, 8]
-    assert cal.pass_cost[12] == pytest.approx(cal.pass_cost[8] * 12 / 8)
-    assert cal.prefill_tokens_per_s == pytest.approx(8 / cal.pass_cost[8])
+    cal = calibrate.measure(model, max_width=20, max_threads=1)
+    assert sorted(widths) == [1, 1, 2, 4, 8, 16]
+    per_token = (cal.pass_cost[16] - cal.pass_cost[8]) / 8
+    assert cal.pass_cost[20] == pytest.approx(cal.pass_cost[16] + 4 * per_token)
+    assert cal.prefill_tokens_per_s == pytest.approx(20 / cal.pass_cost[20])
 
 
 def test_native_passes_on_amx_tiles_are_timed_once_and_cost_alike_up_to_a_tile(monkeypatch, tmp_path):

@@ -44,6 +44,7 @@ if native.load_library() is None:
 PREFIX = 160  # prompt positions in the cache before the decoded ones
 STEPS = 13  # tokens decoded after it
 WIDE = 40  # a pass wider than the decoding tiles
+SLABS = 70  # a pass wider than the panel route's slab of 64 tokens (panel_k.c)
 AVX2 = ["-mavx2", "-mfma", "-mf16c"]
 
 
@@ -120,14 +121,15 @@ def test_each_format_multiplies_as_its_dequantized_weights(library, qtype):
 @pytest.mark.parametrize("qtype", gguf_files.TYPES, ids=lambda t: t.name)
 def test_a_formats_product_for_a_token_is_the_same_in_every_pass_width(library, qtype, amx):
     """Passes of 1 to 8 tokens multiply as they read the weights, wider ones from an unpacked
-    block, in registers or (K-quants, where the CPU and kernel allow) in AMX tiles; 7 rows leave
-    some outside the tiles. Every route gives a token the same bits."""
+    block, K-quants in panels of four rows (from 2 tokens in the AVX2 build, 9 with AVX-512)
+    or, where the CPU and kernel allow, in AMX tiles; 7 rows leave some outside the tiles and
+    panels. Every route gives a token the same bits."""
     m = _blocks(qtype, rows=7 if not amx else 37, cols=512, seed=1)
-    x = torch.randn(WIDE, 512)
+    x = torch.randn(SLABS, 512)
     with _amx(library, False):
-        one_by_one = np.concatenate([native.product(library, m, x[i:i + 1]) for i in range(WIDE)])
+        one_by_one = np.concatenate([native.product(library, m, x[i:i + 1]) for i in range(SLABS)])
     with _amx(library, amx):
-        for width in list(range(2, STEPS + 1)) + [17, WIDE]:
+        for width in list(range(2, STEPS + 1)) + [17, WIDE, SLABS]:
             assert np.array_equal(native.product(library, m, x[:width]), one_by_one[:width]), width
 
 

@@ -42,7 +42,7 @@ from engine.loading.user_cache import cache_dir, write_atomically
 
 log = logging.getLogger("draftline")
 
-FORMAT = 9  # bump when what is measured changes
+FORMAT = 10  # bump when what is measured changes
 _CONTEXT = 256  # cache length the pass costs are measured at
 # A pass through a copy rounds differently from the stored format's, so its output may differ
 # from the stored model's at near-ties. The copy is used for passes with logits, or for
@@ -119,35 +119,38 @@ def time_prefill_kernels(backend: Backend, candidates: tuple[str, ...], width: i
 # The widths a native model's calibration times (the rest interpolated): a 2-token pass costs
 # little more than a one-token pass (it reads the weights once: narrow.c) while 3 and 4 tokens
 # cost about twice as much on a small CPU; interpolating 2 between 1 and 4 made the cheapest
-# speculation look too dear to draft.
-_NATIVE_WIDTHS = (1, 2, 4, 8)
+# speculation look too dear to draft. Wider K-quant passes unpack each panel of rows once per
+# pass and then cost the same per token (panel_k.c), so 8 and 16 give the line wider ones follow.
+_NATIVE_WIDTHS = (1, 2, 4, 8, TILE_TOKENS)
 
 # A native model's one-token pass shorter than this may be faster on one thread than on all:
 # only then are both measured.
 _SHORT_PASS = 0.02
 
 
-def _beyond(costs: list[float], max_width: int) -> list[float]:
-    """`costs` extended to max_width in proportion to the widest measured pass: wider passes
-    take the wide route (matmul.c), bound by arithmetic, so a token there costs at least what
-    it does in the widest measured pass (on the 1.5B: 0.455 s measured for 25 tokens, 0.459 s
-    estimated from 8; a smaller model's wide route is up to 30% cheaper, so this errs high)."""
+def _beyond(costs: list[float], max_width: int, tiles: bool) -> list[float]:
+    """`costs` extended to max_width: along the line through the widest measured pass and the
+    one half as wide (the panel route's cost per token; on the 1.5B on a 2-core Zen 3, 16
+    tokens cost 1.73 times 8); where AMX tiles take wide passes, in proportion to the widest
+    (a tile's time is the same for any of its 16 tokens, so 17 cost as 32)."""
     last = len(costs) - 1
-    return costs + [costs[last] * w / last for w in range(last + 1, max_width + 1)]
+    if tiles:
+        return costs + [costs[last] * w / last for w in range(last + 1, max_width + 1)]
+    per_token = (costs[last] - costs[last // 2]) / (last - last // 2)
+    return costs + [costs[last] + per_token * (w - last) for w in range(last + 1, max_width + 1)]
 
 
 def _native_costs(backend: Backend, max_width: int) -> list[float]:
     """Pass costs of widths 0..max_width: _NATIVE_WIDTHS timed, the widths between interpolated,
-    wider ones estimated (_beyond). Where AMX tiles take the wide passes (amx.c), a pass of
-    TILE_TOKENS tokens is timed too and the passes from the tiles' first width up to it cost
-    as much: a tile's time does not depend on how many of its tokens are used."""
+    wider ones estimated (_beyond). Where AMX tiles take the wide passes (amx.c), the passes
+    from the tiles' first width up to TILE_TOKENS cost as much as TILE_TOKENS: a tile's time
+    does not depend on how many of its tokens are used."""
     tiles_from = backend.capabilities.tile_from
-    widths = _NATIVE_WIDTHS + ((TILE_TOKENS,) if tiles_from else ())
-    widest = min(max_width, max(widths))
-    costs = measure_pass_costs(backend, widest, repeats=1, widths=widths, context=0)
+    widest = min(max_width, max(_NATIVE_WIDTHS))
+    costs = measure_pass_costs(backend, widest, repeats=1, widths=_NATIVE_WIDTHS, context=0)
     if tiles_from and widest >= tiles_from:
         costs[tiles_from:] = [costs[widest]] * (widest + 1 - tiles_from)
-    return _beyond(costs, max_width)
+    return _beyond(costs, max_width, bool(tiles_from))
 
 
 def measure_native(backend: Backend, max_width: int, max_threads: int) -> Calibration:

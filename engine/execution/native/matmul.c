@@ -244,9 +244,12 @@ void matmul(const Matrix *w, const Acts *x, int T, float *y, int ldy, int n0, in
   for (int i = 0; i < w->n_parts; i++) {
     const Part *p = &w->parts[i];
     const int a = n0 > base ? n0 : base, b = n1 < base + p->rows ? n1 : base + p->rows;
-    const int narrow = T <= FUSED_TOKENS && !is_float(p->format) && !(x->tiles && integer_scales(p->format));
+    const int tiles = x->tiles && integer_scales(p->format);
+    const int panel = T >= PANEL_FROM && integer_scales(p->format) && !tiles;
+    const int narrow = T <= FUSED_TOKENS && !is_float(p->format) && !tiles;
     int done = a - base;
-    if (a < b && narrow) done = narrow_rows(p, w->cols, x, T, y + base, ldy, done, b - base, add);
+    if (a < b && panel) done = panel_rows(p, w->cols, x, T, y + base, ldy, done, b - base, add);
+    if (done < b - base && narrow) done = narrow_rows(p, w->cols, x, T, y + base, ldy, done, b - base, add);
     if (done < b - base) blocks(p, w->cols, x, T, y + base, ldy, done, b - base, add, scratch);
     base += p->rows;
   }

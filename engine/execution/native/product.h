@@ -28,10 +28,10 @@ route, tile, pass width, thread or other tokens. */
    FUSED_ROWS_n rows for a pass of n tokens in the narrow route, which takes passes of up to
    FUSED_TOKENS tokens. */
 #if VNNI /* 32 registers */
-enum { ROWS = 4, TOKENS = 4, FUSED_TOKENS = 8 };
+enum { ROWS = 4, TOKENS = 4, FUSED_TOKENS = 8, PANEL_FROM = FUSED_TOKENS + 1 };
 enum { FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_3 = 4, FUSED_ROWS_4 = 3, FUSED_ROWS_6 = 2, FUSED_ROWS_8 = 1 };
 #else /* 16 registers */
-enum { ROWS = 2, TOKENS = 2, FUSED_TOKENS = 4 };
+enum { ROWS = 2, TOKENS = 2, FUSED_TOKENS = 4, PANEL_FROM = 2 };
 enum { FUSED_ROWS_1 = 4, FUSED_ROWS_2 = 2, FUSED_ROWS_3 = 1, FUSED_ROWS_4 = 1, FUSED_ROWS_6 = 1, FUSED_ROWS_8 = 1 };
 #endif
 enum { FUSED_ROWS = 4, TILE_TOKENS = 8, BLOCK_BYTES = 192 << 10, BLOCK_UNITS = ACT_BLOCK / 32 };
@@ -276,5 +276,9 @@ void amx_ktiles(const uint8_t *w, size_t ldw, int format, const Acts *a, int T, 
    (narrow.c, narrow_k.c); returns where it stopped (rows left over, fewer than a tile, go to
    the wide route). */
 int narrow_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add);
+
+/* Rows n0..n1 of a K-quant part against T tokens, four rows at a time (panel_k.c: passes of
+   PANEL_FROM tokens or more where AMX tiles do not take them); returns where it stopped. */
+int panel_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add);
 
 #endif
