@@ -1,8 +1,10 @@
 // Next-edit suggestions: after a pause following an edit, ask the server (`draftline/nextEdit`)
-// for the matching change nearby and show it as a decoration: what goes struck through, what
-// comes after it. `draftline.acceptNextEdit` (Tab while one is shown) makes it and moves the
-// cursor there; `draftline.dismissNextEdit` (Escape) or any change to the document hides it. An
-// edit is shown and made only for the document version it was computed for.
+// for the matching change where it is due and show it as a decoration at its range: what goes
+// struck through, what comes after it. `draftline.acceptNextEdit` (Tab while one is shown) makes
+// it and moves the cursor there, then asks for the next one at once; an edit out of view is
+// marked first, with a hint at the cursor's line, and the first Tab only jumps there.
+// `draftline.dismissNextEdit` (Escape) or any change to the document hides it. An edit is shown
+// and made only for the document version it was computed for.
 import * as vscode from 'vscode';
 import { LanguageClient } from 'vscode-languageclient/node';
 
@@ -30,10 +32,26 @@ export function previewText(text: string): string {
   return ` → ${text.split('\n').map((l) => l.trim()).join(' ⏎ ')}`;
 }
 
+/** Whether `line` lies outside every visible range (none known: it is in view). */
+export function outOfView(line: number, visible: readonly { start: { line: number }; end: { line: number } }[]): boolean {
+  return visible.length > 0 && !visible.some((r) => r.start.line <= line && line <= r.end.line);
+}
+
+/** The hint at the cursor's line for an edit at `line`, out of view. */
+export function hintText(cursorLine: number, line: number): string {
+  return `  ${line > cursorLine ? '↓' : '↑'} line ${line + 1}: next edit (Tab)`;
+}
+
+interface Styles {
+  removed: vscode.TextEditorDecorationType;
+  added: vscode.TextEditorDecorationType;
+  hint: vscode.TextEditorDecorationType;
+}
+
 export class NextEdits implements vscode.Disposable {
-  private shown: { editor: vscode.TextEditor; edit: NextEdit } | undefined;
+  private shown: { editor: vscode.TextEditor; edit: NextEdit; away: boolean } | undefined;
   private timer: NodeJS.Timeout | undefined;
-  private styles: { removed: vscode.TextEditorDecorationType; added: vscode.TextEditorDecorationType } | undefined;
+  private styles: Styles | undefined;
   private readonly subscriptions: vscode.Disposable[];
 
   constructor(private readonly client: () => LanguageClient | undefined, private readonly delayMs = 600) {
@@ -47,8 +65,7 @@ export class NextEdits implements vscode.Disposable {
   dispose(): void {
     clearTimeout(this.timer);
     this.dismiss();
-    this.styles?.removed.dispose();
-    this.styles?.added.dispose();
+    Object.values(this.styles ?? {}).forEach((style) => style.dispose());
     this.subscriptions.forEach((d) => d.dispose());
   }
 
@@ -76,7 +93,7 @@ export class NextEdits implements vscode.Disposable {
       textDocument: { uri: c.code2ProtocolConverter.asUri(document.uri) },
       position: c.code2ProtocolConverter.asPosition(editor.selection.active),
       version,
-    });
+    }).catch(() => null); // the server stopped meanwhile: nothing to show
     if (!edit || edit.version !== document.version || vscode.window.activeTextEditor !== editor) {
       return undefined; // none, or the document changed since: never shown for another version
     }
@@ -84,18 +101,23 @@ export class NextEdits implements vscode.Disposable {
     return edit;
   }
 
-  private show(editor: vscode.TextEditor, edit: NextEdit): void {
+  /** The edit at its range; out of view, a hint at the cursor's line too. */
+  private show(editor: vscode.TextEditor, edit: NextEdit, away = outOfView(edit.start.line, editor.visibleRanges)): void {
+    const ghost = new vscode.ThemeColor('editorGhostText.foreground');
     this.styles ??= {
       removed: vscode.window.createTextEditorDecorationType({
         backgroundColor: new vscode.ThemeColor('diffEditor.removedTextBackground'), textDecoration: 'line-through' }),
-      added: vscode.window.createTextEditorDecorationType({
-        after: { color: new vscode.ThemeColor('editorGhostText.foreground') } }),
+      added: vscode.window.createTextEditorDecorationType({ after: { color: ghost } }),
+      hint: vscode.window.createTextEditorDecorationType({ after: { color: ghost } }),
     };
     const range = new vscode.Range(edit.start.line, edit.start.character, edit.end.line, edit.end.character);
     editor.setDecorations(this.styles.removed, [range]);
     editor.setDecorations(this.styles.added, [{ range: new vscode.Range(range.end, range.end),
       renderOptions: { after: { contentText: previewText(edit.text) } } }]);
-    this.shown = { editor, edit };
+    const cursor = editor.selection.active;
+    editor.setDecorations(this.styles.hint, away ? [{ range: new vscode.Range(cursor.line, 0, cursor.line, 0),
+      renderOptions: { after: { contentText: hintText(cursor.line, edit.start.line) } } }] : []);
+    this.shown = { editor, edit, away };
     void vscode.commands.executeCommand('setContext', VISIBLE, true);
   }
 
@@ -106,33 +128,39 @@ export class NextEdits implements vscode.Disposable {
       return false;
     }
     this.shown = undefined;
-    if (this.styles) {
-      shown.editor.setDecorations(this.styles.removed, []);
-      shown.editor.setDecorations(this.styles.added, []);
-    }
+    Object.values(this.styles ?? {}).forEach((style) => shown.editor.setDecorations(style, []));
     void vscode.commands.executeCommand('setContext', VISIBLE, false);
     return true;
   }
 
-  /** Make the shown edit and put the cursor at its end; false when none is shown or the
-   * document is no longer at the edit's version. */
+  /** Jump to the edit shown out of view, or make the shown edit, put the cursor at its end and
+   * ask for the next one; false when none is shown or the document is no longer at the edit's
+   * version. */
   async accept(): Promise<boolean> {
     const shown = this.shown;
     if (!shown) {
       return false;
     }
-    this.dismiss();
     const { editor, edit } = shown;
+    const range = new vscode.Range(edit.start.line, edit.start.character, edit.end.line, edit.end.character);
+    if (shown.away && editor.document.version === edit.version) {
+      editor.selection = new vscode.Selection(range.start, range.start);
+      editor.revealRange(range, vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+      this.show(editor, edit, false);
+      return true;
+    }
+    this.dismiss();
     if (editor.document.version !== edit.version) {
       return false;
     }
-    const range = new vscode.Range(edit.start.line, edit.start.character, edit.end.line, edit.end.character);
     const made = await editor.edit((b) => b.replace(range, edit.text));
     if (made) {
       const end = endOf(edit.start, edit.text);
       const at = new vscode.Position(end.line, end.character);
       editor.selection = new vscode.Selection(at, at);
       editor.revealRange(new vscode.Range(at, at));
+      clearTimeout(this.timer); // the next one now, not after a pause
+      void this.request(editor);
     }
     return made;
   }

@@ -153,3 +153,46 @@ test('the toggle command is the server\'s, and showStats reports its counters', 
   const s = await stats();
   assert.match(shown.text, new RegExp(`${s.accepted} accepted`));
 });
+
+test('a next edit out of view is marked, the first Tab jumps to it, the next makes it and asks again', async () => {
+  const lines = ['class Shape(object):', '    def __init__(self, name):', '        self.name = name', ''];
+  for (let i = 0; i < 20; i++) lines.push(`def helper_${i}(value):`, `    return value + ${i}`, '');
+  lines.push('class Circle(object):', '    def __init__(self, radius):', '        self.radius = radius');
+  const doc = fake.openDocument(path.join(REPO, 'scratch_vscode_next_edit.py'), 'python', lines.join('\n'));
+  const editor = fake.moveCursor(doc, new vscode.Position(0, 11));
+  const c = api.client();
+  const asked = []; // each next-edit request: when, for which version
+  const send = c.sendRequest.bind(c);
+  c.sendRequest = (method, params, ...rest) => {
+    if (method === 'draftline/nextEdit') asked.push({ at: Date.now(), version: params.version });
+    return send(method, params, ...rest);
+  };
+  try {
+    fake.change(doc, new vscode.Range(0, 11, 0, 19), ''); // class Shape(object): -> class Shape:
+    await waitFor('a next edit shown', () => fake.state.context['draftline.nextEditVisible'] === true, 120_000);
+    const edit = await send('draftline/nextEdit', { textDocument: { uri: doc.uri.toString() },
+      position: { line: 0, character: 11 }, version: doc.version });
+    assert.ok(edit && edit.start.line > editor.visibleRanges[0].end.line, `an edit out of view: ${JSON.stringify(edit)}`);
+    const drawn = [...fake.state.decorations.values()].flat();
+    assert.ok(drawn.some((d) => (d.start ?? d.range.start).line === edit.start.line), 'decorated at its range');
+    assert.ok(drawn.some((d) => d.range?.start.line === 0 && /next edit \(Tab\)/.test(d.renderOptions.after.contentText)),
+      'a hint at the cursor\'s line');
+
+    const before = doc.getText();
+    assert.equal(await vscode.commands.executeCommand('draftline.acceptNextEdit'), true);
+    assert.equal(editor.selection.active.line, edit.start.line, 'the first Tab jumps to the edit');
+    assert.equal(doc.getText(), before, 'and leaves the text as it was');
+    assert.equal(fake.state.context['draftline.nextEditVisible'], true, 'the edit is still shown there');
+
+    assert.equal(await vscode.commands.executeCommand('draftline.acceptNextEdit'), true);
+    const offset = (text, p) => text.split('\n').slice(0, p.line).reduce((n, l) => n + l.length + 1, 0) + p.character;
+    const expected = before.slice(0, offset(before, edit.start)) + edit.text + before.slice(offset(before, edit.end));
+    assert.equal(doc.getText(), expected, 'the next Tab makes it');
+    const made = Date.now();
+    await waitFor('the next edit asked for', () => asked.some((a) => a.version === doc.version), 5_000);
+    assert.ok(asked.find((a) => a.version === doc.version).at - made < 300, 'at once, not after the 600 ms pause');
+  } finally {
+    c.sendRequest = send;
+    await vscode.commands.executeCommand('draftline.dismissNextEdit');
+  }
+});

@@ -58,3 +58,15 @@ test('a next edit ends where its text ends, and previews on one line', () => {
   assert.deepEqual(endOf({ line: 3, character: 4 }, 'w,\n    h'), { line: 4, character: 5 });
   assert.equal(previewText('def f(w, h):\n    return w * h'), ' → def f(w, h): ⏎ return w * h');
 });
+
+test('an edit is out of view outside every visible range, and its hint points to it', () => {
+  const { outOfView, hintText } = require('../out/nextEdit');
+  const visible = [{ start: { line: 10 }, end: { line: 29 } }];
+  assert.equal(outOfView(10, visible), false);
+  assert.equal(outOfView(29, visible), false);
+  assert.equal(outOfView(30, visible), true);
+  assert.equal(outOfView(9, visible), true);
+  assert.equal(outOfView(500, []), false, 'no view known: in view');
+  assert.equal(hintText(12, 40), '  ↓ line 41: next edit (Tab)');
+  assert.equal(hintText(12, 2), '  ↑ line 3: next edit (Tab)');
+});

@@ -46,6 +46,12 @@ class Range {
   }
 }
 
+class Selection extends Range {
+  constructor(anchor, active) { super(anchor, active); this.anchor = anchor; this.active = active; }
+}
+
+class ThemeColor { constructor(id) { this.id = id; } }
+
 class Uri {
   constructor(scheme, fsPath) { this.scheme = scheme; this.fsPath = fsPath; this.path = fsPath; }
   static file(p) { return new Uri('file', path.resolve(p)); }
@@ -95,7 +101,12 @@ const state = {
   statusBarItems: [],
   messages: [],
   output: [],
+  // Decorations drawn, by decoration type key: the last ranges (or options) set.
+  decorations: new Map(),
+  context: {},  // setContext keys
 };
+
+const VIEW_LINES = 20;  // an editor shows this many lines from its top line
 
 const onDidChangeConfiguration = new EventEmitter();
 const onDidOpenTextDocument = new EventEmitter();
@@ -158,6 +169,11 @@ const window = {
     state.statusBarItems.push(item);
     return item;
   },
+  createTextEditorDecorationType(options) {
+    const key = `decoration${state.decorations.size}`;
+    state.decorations.set(key, []);
+    return { key, options, dispose() {} };
+  },
   showInformationMessage: message('info'),
   showWarningMessage: message('warning'),
   showErrorMessage: message('error'),
@@ -191,11 +207,17 @@ const commands = {
     return new Disposable(() => state.commands.delete(id));
   },
   async executeCommand(id, ...args) {
+    if (id === 'setContext') { state.context[args[0]] = args[1]; return undefined; }
     const fn = state.commands.get(id);
     if (!fn) throw new Error(`command '${id}' not found`);
     return fn(...args);
   },
 };
+
+function view(line) {
+  const top = Math.max(0, line - 5);
+  return [new Range(top, 0, top + VIEW_LINES - 1, 0)];
+}
 
 /** Test-side controls: open documents, change settings, find what was registered. */
 const __test = {
@@ -215,11 +237,26 @@ const __test = {
     const keys = Object.keys(values);
     onDidChangeConfiguration.fire({ affectsConfiguration: (s) => keys.some((k) => k === s || k.startsWith(`${s}.`)) });
   },
-  /** The user puts the cursor at `position` of `doc`'s editor, which becomes the active one. */
+  /** The user puts the cursor at `position` of `doc`'s editor, which becomes the active one,
+   * scrolled to show VIEW_LINES lines from a few above the cursor. */
   moveCursor(doc, position) {
-    const editor = { document: doc, selection: { active: position, anchor: position }, selections: [] };
+    const editor = { document: doc, selection: new Selection(position, position), selections: [],
+      visibleRanges: [],
+      setDecorations(type, ranges) { state.decorations.set(type.key, ranges); },
+      revealRange(range) { this.visibleRanges = view(range.start.line); },
+      async edit(build) { build({ replace: (range, text) => __test.change(doc, range, text) }); return true; } };
+    editor.visibleRanges = view(position.line);
     window.activeTextEditor = editor;
     onDidChangeTextEditorSelection.fire({ textEditor: editor, selections: [editor.selection], kind: 2 });
+    return editor;
+  },
+  /** `range` of `doc` replaced by `text`, as typing or an editor's edit does. */
+  change(doc, range, text) {
+    const start = doc.offsetAt(range.start), end = doc.offsetAt(range.end);
+    doc._text = doc._text.slice(0, start) + text + doc._text.slice(end);
+    doc.version += 1;
+    onDidChangeTextDocument.fire({ document: doc, reason: undefined,
+      contentChanges: [{ range, rangeOffset: start, rangeLength: end - start, text }] });
   },
   inlineProviderFor(doc) { return state.inlineProviders.find((e) => matches(e.selector, doc))?.provider; },
 };
@@ -227,7 +264,8 @@ const __test = {
 module.exports = {
   version: '1.91.0',
   env: { appName: 'stand-in vscode', language: 'en', machineId: 'test', sessionId: 'test', openExternal: async () => false },
-  Disposable, EventEmitter, CancellationTokenSource, CancellationError, Position, Range, Uri, SnippetString, MarkdownString,
+  Disposable, EventEmitter, CancellationTokenSource, CancellationError, Position, Range, Selection, ThemeColor, Uri,
+  SnippetString, MarkdownString, TextEditorRevealType: { Default: 0, InCenter: 1, InCenterIfOutsideViewport: 2, AtTop: 3 },
   InlineCompletionItem, InlineCompletionList, CompletionItem, CompletionList,
   CallHierarchyItem, CodeAction, CodeLens, Diagnostic, DocumentLink, InlayHint, SymbolInformation, TypeHierarchyItem,
   InlineCompletionTriggerKind: { Invoke: 0, Automatic: 1 },
