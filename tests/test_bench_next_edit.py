@@ -4,9 +4,10 @@ import io
 import tarfile
 from pathlib import Path
 
-from lsp_server.bench.edit_cases import sdist_cases
+from lsp_server.bench.edit_cases import MAX_DISTANCE, sdist_cases
 from lsp_server.bench.next_edit_pauses import before_edit
-from lsp_server.bench.next_edits import apply_edit, is_next_edit, is_right, region_similarity, window_release
+from lsp_server.bench.next_edits import (
+    EditResult, apply_edit, changes_only_as, is_next_edit, is_right, region_similarity, summarize, window_release)
 from lsp_server.next_edit.rewrite import NextEdit, Position
 
 OLD = "\n".join(["import os", "", "def a(path):", "    return os.path.join(path, 'a')", "",
@@ -53,3 +54,39 @@ def test_apply_edit_counts_utf16():
     text = "a = '😀x'\nb = 2"
     assert apply_edit(text, NextEdit(Position(0, 7), Position(0, 8), "y")) == "a = '😀y'\nb = 2"
     assert apply_edit(text, NextEdit(Position(0, 0), Position(1, 0), "")) == "b = 2"
+
+
+def classes(gaps: list[int]) -> str:
+    """Old-style classes with `gap` filler lines before each."""
+    out = []
+    for i, gap in enumerate(gaps):
+        out += [f"x{i}_{k} = {k}" for k in range(gap)] + [f"class C{i}(object):", "    pass"]
+    return "\n".join(out)
+
+
+def test_the_next_edit_of_the_same_kind_up_to_max_distance_names_abstracted(tmp_path):
+    far, too_far = classes([0, 40, 5]), classes([0, MAX_DISTANCE + 10])
+    new = {name: text.replace("(object)", "") for name, text in (("far.py", far), ("too_far.py", too_far))}
+    old = sdist(tmp_path, "pkg-1.0", {"pkg/far.py": far, "pkg/too_far.py": too_far})
+    release = sdist(tmp_path, "pkg-1.1", {f"pkg/{k}": v for k, v in new.items()})
+    repeated, _ = sdist_cases(old, release)
+    assert [(c.path, c.line, c.next_line, c.distance, c.near, c.one_line) for c in repeated] == \
+        [("pkg/far.py", 0, 42, 42, False, True)]  # one case per kind and file; beyond MAX_DISTANCE none
+    assert changes_only_as(repeated[0].text, repeated[0].text.replace("C1(object)", "C1"), new["far.py"])
+    assert not changes_only_as(repeated[0].text, repeated[0].text.replace("C1(object)", "C1(Base)"), new["far.py"])
+
+
+def result(due: bool, exact: bool, near: bool = True, shown: bool = True) -> EditResult:
+    return EditResult("c", due, shown, exact, exact, 1.0, 1.0, 5.0, 10, 3 if due else None, 3 if shown else None,
+                      near, True, 1.0)
+
+
+def test_the_summary_counts_near_far_and_none_due_with_intervals():
+    results = [result(True, True), result(True, False), result(True, True, near=False),
+               result(False, True, shown=False), result(False, False)]
+    numbers = summarize(results)
+    assert numbers["exact"]["near"]["count"] == 1 and numbers["exact"]["near"]["of"] == 2
+    assert numbers["exact"]["far"]["share"] == 1.0 and numbers["exact"]["far"]["interval"][1] == 1.0
+    low, high = numbers["exact"]["all"]["interval"]
+    assert 0 < low < 2 / 3 < high < 1
+    assert numbers["shown_none_due"]["count"] == 1 and numbers["shown_none_due"]["of"] == 2

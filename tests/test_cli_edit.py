@@ -2,6 +2,7 @@
 line for bad input; on the real model, a repeated rename is proposed."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,12 +43,22 @@ def test_the_edit_has_the_lsp_shape(tmp_path):
     assert out.returncode == 0, out.stderr
     edit = json.loads(out.stdout)
     if edit:  # the small model may propose nothing; what it proposes lies in the file
-        assert set(edit) == {"start", "end", "text"} and isinstance(edit["text"], str)
+        assert set(edit) == {"start", "end", "text", "distance"} and isinstance(edit["text"], str)
+        assert edit["distance"] == edit["start"]["line"] - 1  # lines from the cursor
         lines = AFTER.split("\n")
         for end in (edit["start"], edit["end"]):
             assert set(end) == {"line", "character"} and end["character"] <= len(lines[end["line"]])
         assert (edit["start"]["line"], edit["start"]["character"]) <= (edit["end"]["line"], edit["end"]["character"])
     assert "target passes" in out.stderr
+
+
+def test_with_the_file_expected_the_edit_says_whether_it_is_exact(tmp_path):
+    (tmp_path / "new.py").write_text(AFTER.replace("(width, height)", "(w, h)").replace("width * height", "w * h"))
+    out = run_edit(tmp_path, BEFORE, AFTER, "--line", "1", "--col", "4", "--model", SMALL, "--threads", "1",
+                   "--expect", str(tmp_path / "new.py"))
+    assert out.returncode == 0, out.stderr
+    if out.stdout:  # the preview, then where the edit is and whether the expected file makes it
+        assert re.search(r"^-- \d+ lines (below|above) the cursor, exact: (yes|no)$", out.stdout, re.M), out.stdout
 
 
 def test_no_recent_edit_gives_nothing_without_a_model(tmp_path):

@@ -1,7 +1,7 @@
 """Where the next edit is due (lsp_server/next_edit/places.py): the last edit's old form, names
 abstracted, found where it still stands, nearest first and below before above; the window the
 model rewrites moves there only when no place lies around the cursor."""
-from lsp_server.next_edit.history import Edit
+from lsp_server.next_edit.history import MAX_EDIT_CHARS, Edit, EditHistory
 from lsp_server.next_edit.places import pattern_of, places
 from lsp_server.next_edit.rewrite import WINDOW_LINES, window_at, window_for
 
@@ -61,3 +61,15 @@ def test_the_window_moves_to_a_place_only_when_none_is_around_the_cursor():
     near = "\n".join(["class A:", *filler(4, "x"), "class B(object):", *filler(40, "y")])
     assert window_for(near, 0, [edit]) == window_at(near, 0)
     assert window_for("\n".join(lines[:41]), 0, [edit]) == window_at(text, 0)  # no place: the cursor's
+
+
+def test_bad_or_stale_history_gives_no_place():
+    text = "class A(object):\n    pass\n" + "\n".join(filler(30, "x")) + "\nclass B(object):\n    pass"
+    history = EditHistory(text)
+    history.update(text.replace("class A(object):", "class A:"))
+    assert places(history.text, 0, history.edits()) == [32]
+    history.update(text)  # undone
+    assert history.edits() == [] and places(text, 0, history.edits()) == []
+    pasted = "class C(object):\n    pass\n" * (MAX_EDIT_CHARS // 20)
+    history.update(pasted + text)  # a huge paste is no edit to repeat
+    assert places(history.text, 0, history.edits()) == []
