@@ -73,3 +73,13 @@ def test_bad_or_stale_history_gives_no_place():
     pasted = "class C(object):\n    pass\n" * (MAX_EDIT_CHARS // 20)
     history.update(pasted + text)  # a huge paste is no edit to repeat
     assert places(history.text, 0, history.edits()) == []
+
+
+def test_strings_changed_inside_and_names_replaced_by_builtins():
+    text = "\n".join(["x = u'done'", "y = 'plain'", "z = u\"both\"", "m = '{0}: {1}'.format(a, b)", "n = '{}'.format(c)",
+                      "s = text_type(v)", "@u_format", "def g(): pass"])
+    dropped_prefix = Edit("w = u'kept'", "w = 'kept'", 20)
+    assert places(text, 0, [dropped_prefix]) == [0, 2]
+    assert places(text, 0, [Edit("t = '{0} left'.format(x)", "t = '{} left'.format(x)", 20)]) == [3]
+    assert places(text, 0, [Edit("r = text_type(q)", "r = str(q)", 20)]) == [5]
+    assert places(text, 0, [Edit("@u_format\ndef f(): pass", "def f(): pass", 20)]) == [6]

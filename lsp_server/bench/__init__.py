@@ -80,7 +80,9 @@ def add_parser(sub) -> None:
                    help="with --quality: with the repository context, without it, or both (default)")
     p.add_argument("--next-edit", action="append", default=[], metavar="PACKAGE==OLD,NEW",
                    help="instead, the next-edit workload: real repeated edits between two releases of a package "
-                        "(sdists fetched with pip), --tasks of them and as many no-edit-due cases")
+                        "(sdists fetched with pip), --tasks of them and --none-due no-edit-due cases")
+    p.add_argument("--none-due", type=int, default=None, metavar="N",
+                   help="with --next-edit: no-edit-due cases (default: as many as --tasks)")
     p.add_argument("--through-server", action="store_true",
                    help="with --next-edit: also ask each case through the stdio server as Neovim asks it (an "
                         "inline request at the pause, the next edit 600 ms later), timed from the pause")

@@ -260,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
         repeated += r
         none_due += n
     rng = random.Random(args.seed)
-    cases = [c for group in (repeated, none_due) for c in rng.sample(group, min(args.tasks, len(group)))]
+    counts = (args.tasks, args.tasks if args.none_due is None else args.none_due)
+    cases = [c for group, n in zip((repeated, none_due), counts) for c in rng.sample(group, min(n, len(group)))]
     try:
         engine = open_engine(model_settings(args))
         if engine.problem:

@@ -24,8 +24,11 @@ from dataclasses import dataclass
 
 from lsp_server.next_edit.history import Edit
 
-# Identifiers, numbers, strings on one line, then any other character that is not a space.
-_TOKEN = re.compile(r"""[A-Za-z_]\w*|\d[\w.]*|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\S""")
+# Strings on one line (with their prefix: u'', f""), identifiers, numbers, then any other
+# character that is not a space.
+_STRING = r"""[rRbBuUfF]{0,2}(?:"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')"""
+_TOKEN = re.compile(_STRING + r"""|[A-Za-z_]\w*|\d[\w.]*|\S""")
+_IS_STRING = re.compile(_STRING)
 _NAME = re.compile(r"[A-Za-z_]\w*")
 # Names that mean the same in every place: kept as they are, never abstracted.
 FIXED = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins)) | {"self", "cls"}
@@ -62,23 +65,33 @@ def pattern_of(edit: Edit) -> Pattern | None:
         return None
     first, last = changes[0][1], changes[-1][2]  # the changed span of the old tokens
     # Names replaced by other names are what the change is about (a rename, a new call): kept.
-    # Names deleted, or replaced by keywords, differ from place to place (`super(Foo, self)`).
-    literal = {a[i] for tag, i1, i2, j1, j2 in changes if tag == "replace" and any(_free(t) for t in b[j1:j2])
+    # Names deleted, or replaced by keywords, differ from place to place (`super(Foo, self)`),
+    # unless nothing else would pin the change down (a decorator removed).
+    literal = {a[i] for tag, i1, i2, j1, j2 in changes if tag == "replace" and any(_named(t) for t in b[j1:j2])
                for i in range(i1, i2) if _free(a[i])}
-    renamed = [a[i] for tag, i1, i2, j1, j2 in changes if tag == "replace" and i2 - i1 == j2 - j1
-               for i, j in zip(range(i1, i2), range(j1, j2)) if _free(a[i]) and _free(b[j])]
+    pairs = [(i, j) for tag, i1, i2, j1, j2 in changes if tag == "replace" and i2 - i1 == j2 - j1
+             for i, j in zip(range(i1, i2), range(j1, j2))]
+    renamed = [a[i] for i, j in pairs if _free(a[i]) and _named(b[j])]
+    strings = {i: b[j] for i, j in pairs if _IS_STRING.fullmatch(a[i]) and _IS_STRING.fullmatch(b[j])}
+    if not any(_anchors(a[i], literal) for i in range(first, last)):
+        literal |= {a[i] for i in range(first, last) if _free(a[i])}
     strong = any(_anchors(a[i], literal) for i in range(first, last))
-    # A span of punctuation, numbers and deleted names says little: more context, kept as it is.
+    # A span of punctuation and numbers says little: more context, kept as it is.
     reach = CONTEXT if strong else WEAK_CONTEXT
     lo, hi = max(0, first - reach), min(len(a), last + reach)
     if not strong:
         literal |= {t for t in a[lo:first] + a[last:hi] if _free(t)}
     if not any(_anchors(t, literal) for t in a[lo:hi]):
         return None
-    compiled = re.compile(_regex(edit.before, old[lo:hi], lo, literal, _inner_runs(changes, a)))
+    compiled = re.compile(_regex(edit.before, old[lo:hi], lo, literal, _inner_runs(changes, a), strings))
     if compiled.search(edit.after):
         return None
     return Pattern(compiled, tuple(dict.fromkeys(renamed)))
+
+
+def _named(token: str) -> bool:
+    """A name, of the user's code or a builtin, not a keyword."""
+    return _NAME.fullmatch(token) is not None and not keyword.iskeyword(token)
 
 
 def _free(token: str) -> bool:
@@ -90,7 +103,21 @@ def _anchors(token: str, literal: set[str]) -> bool:
     """A token that pins a place down: a name kept as it is, a builtin, a string."""
     if _NAME.fullmatch(token):
         return token in literal or (token in FIXED and not keyword.iskeyword(token))
-    return token[0] in "\"'"
+    return _IS_STRING.fullmatch(token) is not None
+
+
+def _string_piece(old: str, new: str) -> str:
+    """A string changed inside: any string on the line that holds its first change, with a
+    character either side (`'{0}: x'` -> `'{}: x'`: `{0}`), or, where the change is at its
+    start (a prefix dropped: `u'x'` -> `'x'`), any string that starts the same."""
+    _, a1, a2, _, _ = next(op for op in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+                           if op[0] != "equal")
+    quote = min(i for i in (old.find("'"), old.find('"')) if i >= 0)
+    if a1 < quote:  # the prefix: either quote
+        return r"(?<![\w'\"])" + re.escape(old[:quote]) + r"""['"][^\n]*?"""
+    if a1 == quote:  # the quote itself
+        return r"(?<![\w'\"])" + re.escape(old[:quote + 1]) + r"[^\n]*?"
+    return r"""[rRbBuUfF]{0,2}['"][^\n]*?""" + re.escape(old[a1 - 1:a2 + 1]) + r"[^\n]*?"
 
 
 def _inner_runs(changes: list[tuple], a: list[str]) -> set[int]:
@@ -103,9 +130,11 @@ def _inner_runs(changes: list[tuple], a: list[str]) -> set[int]:
     return inner
 
 
-def _regex(text: str, span: list[Token], offset: int, literal: set[str], inner: set[int]) -> str:
+def _regex(text: str, span: list[Token], offset: int, literal: set[str], inner: set[int],
+           strings: dict[int, str]) -> str:
     """`span` (tokens of `text`, the first one old token `offset`) as a regular expression:
-    spaces between tokens where the text has them on one line, any space where a line ends."""
+    spaces between tokens where the text has them on one line, any space where a line ends;
+    the strings changed inside (old token index -> new string) as _string_piece has them."""
     out, groups = [], {}
     previous: Token | None = None
     for k, token in enumerate(span):
@@ -118,7 +147,9 @@ def _regex(text: str, span: list[Token], offset: int, literal: set[str], inner: 
                 out.append(gap + (r"(?:[^\n]*\n){%d}" % lines if lines else "") + r"[^\n]*?")
             previous = token
             continue
-        if _free(token.text) and token.text not in literal:
+        if offset + k in strings:
+            piece = _string_piece(token.text, strings[offset + k])
+        elif _free(token.text) and token.text not in literal:
             if token.text in groups:
                 piece = rf"\b(?P={groups[token.text]})\b"
             else:
