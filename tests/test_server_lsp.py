@@ -11,6 +11,8 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from engine.api import Request
+from lsp_server.completion.typed_through import next_indent
+from lsp_server.options import Settings
 
 from tests.models import SMALL
 
@@ -149,6 +151,39 @@ async def test_typed_through_answers_from_cache(client: LanguageClient):
     assert after["generated"] == before["generated"]
 
 
+async def test_after_a_suggestion_the_next_is_made_ahead_as_if_it_were_accepted(client: LanguageClient):
+    """Tab, Enter, Tab: once requests pause, the server writes the suggestion for where accepting
+    the shown line and Enter put the cursor; the request there is answered from it without a
+    model run, with what an unhurried request on the accepted text gets."""
+    text = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n"
+    uri = open_doc(client, "ahead.py", text)
+    before = await stats(client)
+    line, col = end_of(text)
+    first = await client.text_document_inline_completion_async(inline_params(uri, line, col))
+    shown = first.items[0].insert_text[col:]
+    typed = shown + "\n" + next_indent(shown)  # the line taken, Enter, the editor's indentation
+    for _ in range(600):
+        if (await stats(client))["prefetchedNext"] > before["prefetchedNext"]:
+            break
+        await asyncio.sleep(0.1)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        [types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(line, col), types.Position(line, col)), text=typed)]))
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="draftline.didAccept", arguments=[{"uri": uri, "text": shown}]))
+    middle = await stats(client)
+    second = await client.text_document_inline_completion_async(inline_params(uri, *end_of(text + typed)))
+    after = await stats(client)
+    close_doc(client, uri)
+    fresh = open_doc(client, "ahead2.py", text + typed)
+    unhurried = await client.text_document_inline_completion_async(inline_params(fresh, *end_of(text + typed)))
+    close_doc(client, fresh)
+    assert shown and middle["prefetchedNext"] == before["prefetchedNext"] + 1
+    assert after["generated"] == middle["generated"] and after["cacheHits"] == middle["cacheHits"] + 1
+    assert second is not None and second.items[0].insert_text == unhurried.items[0].insert_text
+
+
 async def test_cancel_request_returns_cancel_error_and_next_is_served(client: LanguageClient):
     busy_uri = open_doc(client, "busy.py", FIB)
     uri = open_doc(client, "cancel.py", FIB)
@@ -247,6 +282,8 @@ async def test_a_cold_answer_is_followed_by_the_full_windows_where_the_user_stil
     fresh = open_doc(client, "improve2.py", text)
     unhurried = await client.text_document_inline_completion_async(inline_params(fresh, *end_of(text)))
     close_doc(client, fresh)
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={**OPTIONS, "coldPrefillMs": Settings().coldPrefillMs}))  # as the other tests have it
     assert after["coldWindows"] == before["coldWindows"] + 1
     assert after["improvedWindows"] == before["improvedWindows"] + 1
     assert better is not None and better.items[0].insert_text == unhurried.items[0].insert_text

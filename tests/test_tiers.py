@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_FREE = ("test_context", "test_files", "test_lookup", "test_measured_table", "test_metrics",
-              "test_options", "test_postprocess", "test_sampling", "test_scheduler", "test_suffix_automaton",
+              "test_options", "test_postprocess", "test_sampling", "test_scheduler", "test_suffix_automaton", "test_typed_through",
               "test_workspace")
 
 

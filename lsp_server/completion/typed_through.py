@@ -1,5 +1,6 @@
 """Typed-through reuse: when the user types the first characters of the suggestion that is
-on screen, the rest of it is still the answer; no need to ask the model again."""
+on screen, the rest of it is still the answer; no need to ask the model again. Beside it, the
+suggestion prefetched for the spot after the shown one as if it were accepted: Tab, then Tab."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,9 +13,19 @@ class Shown:
     text: str  # the suggestion
 
 
+def next_indent(line: str) -> str:
+    """The indentation an editor gives the line after `line`: the same, one level deeper after
+    a line that opens a block or a bracket."""
+    indent = line[:len(line) - len(line.lstrip())]
+    if line.rstrip().endswith((":", "{", "(", "[")):
+        indent += "\t" if indent.startswith("\t") else "    "
+    return indent
+
+
 class TypedThroughCache:
     def __init__(self) -> None:
         self._shown: dict[str, Shown] = {}
+        self._next: dict[str, Shown] = {}  # made ahead, for the end of the shown suggestion
 
     def remember(self, uri: str, prefix: str, suffix: str, text: str) -> None:
         if text:
@@ -22,16 +33,26 @@ class TypedThroughCache:
         else:
             self._shown.pop(uri, None)
 
+    def remember_next(self, uri: str, prefix: str, suffix: str, text: str) -> None:
+        """The suggestion for the spot where accepting the shown one puts the cursor."""
+        if text:
+            self._next[uri] = Shown(prefix, suffix, text)
+
     def lookup(self, uri: str, prefix: str, suffix: str) -> str | None:
-        """The rest of the suggestion made here if the user typed its start (or nothing yet),
-        else None."""
-        shown = self._shown.get(uri)
-        if shown is None or suffix != shown.suffix or not prefix.startswith(shown.prefix):
-            return None
-        typed = prefix[len(shown.prefix):]
-        if not shown.text.startswith(typed) or len(typed) >= len(shown.text):
-            return None
-        return shown.text[len(typed):]
+        """The rest of the suggestion made here (or ahead for here) if the user typed its start
+        (or nothing yet), else None."""
+        for kept in (self._shown.get(uri), self._next.get(uri)):
+            if kept is None or suffix != kept.suffix or not prefix.startswith(kept.prefix):
+                continue
+            typed = prefix[len(kept.prefix):]
+            if kept.text.startswith(typed) and len(typed) < len(kept.text):
+                return kept.text[len(typed):]
+        return None
+
+    def accepted(self, uri: str) -> None:
+        """The shown suggestion was taken: the one made ahead is what comes next."""
+        self._shown.pop(uri, None)
 
     def forget(self, uri: str) -> None:
         self._shown.pop(uri, None)
+        self._next.pop(uri, None)

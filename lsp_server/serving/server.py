@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from lsprotocol import types
@@ -26,7 +27,7 @@ from lsp_server.serving.protocol import AnsweringProtocol
 from lsp_server.serving.scheduler import Job, Scheduler, Superseded
 from lsp_server.options import Settings, merge, model_settings
 from lsp_server.completion.suggester import REMEMBER_BEFORE, Plan, Suggester, Suggestion, plan as plan_at
-from lsp_server.completion.typed_through import TypedThroughCache
+from lsp_server.completion.typed_through import TypedThroughCache, next_indent
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +222,8 @@ class DraftlineServer(LanguageServer):
         if runs[0].full_prompt is not None:
             self.metrics.cold_windows += 1
             self._improve_later(plan, position, version, runs[0].text, runs[0].full_prompt)
+        elif runs[0].text:
+            self._idle_later(uri, ("next", cursor.prefix), lambda job: self._next_after(plan, runs[0].text, job))
 
     def prefetch(self, uri: str, line: int) -> None:
         """The cursor rests on `line`: prefill the full window at its end in the background, so
@@ -246,49 +249,80 @@ class DraftlineServer(LanguageServer):
         if not done.cancelled() and done.exception() is None and done.result():
             self.metrics.prefetched += 1
 
-    def _improve_later(self, plan: Plan, position: types.Position, version: int, shown: str,
-                       full: str | list[int]) -> None:
-        """A cold window answered at `position` (document `version`): once requests pause, prefill
-        the full window (idle work: any request cancels it, and its start stays cached for the
-        next), and if the document has not changed meanwhile, write the suggestion from it. Where
-        that differs from the one shown, it replaces it in the typed-through cache and the client
-        is told to ask again: the screen gets better while the user waits."""
-        uri, arrivals, rests = plan.uri, self.scheduler.arrivals(plan.uri), self._rests.get(plan.uri, 0)
-        engine, suggester, settings = self.engine, self.suggester, self.settings
-
-        def unchanged() -> bool:
-            doc = self.documents.get(uri)
-            return doc is not None and doc.version == version
-
-        def improve(job: Job) -> Suggestion | None:
-            engine.prefill(engine.prompt_tokens(full), job.cancel)
-            if job.cancel.is_set() or not unchanged():
-                return None
-            return suggester.generate(plan, settings, job.cancel, whole=True)
+    def _idle_later(self, uri: str, spot: object, work: Callable[[Job], None]) -> None:
+        """Run `work` on the model thread as idle work (any request cancels it) once requests for
+        `uri` have paused EXTEND_IDLE_S, unless one came, the cursor moved to rest elsewhere or the
+        model changed meanwhile."""
+        arrivals, rests, engine = self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine
 
         def start() -> None:
-            if (self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine) != (arrivals, rests, engine):
-                return
-            job, created = self.scheduler.submit(uri, ("improve", id(full)), improve, idle=True)
-            if created:
-                job.future.add_done_callback(lambda f: self._improved(plan, position, shown, job))
+            if (self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine) == (arrivals, rests, engine):
+                job, _ = self.scheduler.submit(uri, spot, work, idle=True)
+                job.future.add_done_callback(_log_failure)
 
         asyncio.get_running_loop().call_later(EXTEND_IDLE_S, start)
 
-    def _improved(self, plan: Plan, position: types.Position, shown: str, job: Job) -> None:
-        if job.future.cancelled() or job.future.exception() is not None or job.cancel.is_set():
-            return
-        better = job.future.result()
-        if better is None:
-            return
+    def _improve_later(self, plan: Plan, position: types.Position, version: int, shown: str,
+                       full: str | list[int]) -> None:
+        """A cold window answered at `position` (document `version`): prefill the full window as
+        idle work (its start stays cached for the next request when one cuts it short), and if
+        the document has not changed meanwhile, write the suggestion from it. Where that differs
+        from the one shown, it replaces it in the typed-through cache and the client is told to
+        ask again: the screen gets better while the user waits."""
+        engine, suggester, settings, loop = self.engine, self.suggester, self.settings, asyncio.get_running_loop()
+
+        def improve(job: Job) -> None:
+            engine.prefill(engine.prompt_tokens(full), job.cancel)
+            doc = self.documents.get(plan.uri)
+            if job.cancel.is_set() or doc is None or doc.version != version:
+                return
+            better = suggester.generate(plan, settings, job.cancel, whole=True)
+            if not job.cancel.is_set():
+                loop.call_soon_threadsafe(self._improved, plan, position, shown, better.text)
+
+        self._idle_later(plan.uri, ("improve", id(full)), improve)
+
+    def _improved(self, plan: Plan, position: types.Position, shown: str, text: str) -> None:
         self.metrics.improved_windows += 1
-        if better.text and better.text != shown:
-            self.typed.remember(plan.uri, plan.cursor.prefix, plan.cursor.suffix, better.text)
+        if text and text != shown:
+            self.typed.remember(plan.uri, plan.cursor.prefix, plan.cursor.suffix, text)
             self.protocol.notify(SUGGESTION_READY, {"uri": plan.uri, "position": {
                 "line": position.line, "character": position.character}})
+        if text:
+            self._idle_later(plan.uri, ("next", plan.cursor.prefix), lambda job: self._next_after(plan, text, job))
+
+    def _next_after(self, plan: Plan, text: str, job: Job) -> None:
+        """On the model thread: the suggestion for where accepting `text` at `plan` puts the
+        cursor (and, where it ends a line, Enter with the editor's indentation), kept for the
+        request there: Tab, Enter, Tab without waiting."""
+        doc, suggester = self.documents.get(plan.uri), self.suggester
+        cursor = plan.cursor
+        if doc is None or suggester is None or doc.text != cursor.prefix + cursor.suffix:
+            return
+        ahead = cursor.prefix + text
+        if not text.endswith("\n"):  # the suggestion ends its line: next comes Enter, and the indentation
+            ahead += "\n" + next_indent(ahead[ahead.rfind("\n") + 1:])
+        lines = ahead.split("\n")
+        after = plan_at(plan.uri, ahead + cursor.suffix, len(lines) - 1, len(lines[-1].encode("utf-16-le")) // 2,
+                        self.settings, doc.name)
+        if after is None:
+            return
+        made = suggester.generate(after, self.settings, job.cancel, whole=True)
+        if made.text and not job.cancel.is_set():
+            job.future.get_loop().call_soon_threadsafe(self._made_ahead, plan.uri, ahead, cursor.suffix, made.text)
+
+    def _made_ahead(self, uri: str, prefix: str, suffix: str, text: str) -> None:
+        self.typed.remember_next(uri, prefix, suffix, text)
+        self.metrics.prefetched_next += 1
 
 
 server = DraftlineServer()
+
+
+def _log_failure(done: asyncio.Future) -> None:
+    """Idle work has no request to answer with its error: the log gets it."""
+    if not done.cancelled() and done.exception() is not None:
+        log.error("idle work failed: %r", done.exception(), exc_info=done.exception())
 
 
 def _accept_command(uri: str, text: str) -> types.Command:
@@ -419,7 +453,7 @@ def stats(ls: DraftlineServer, *args) -> dict:
 def did_accept(ls: DraftlineServer, *args) -> None:
     report = _report(args)
     ls.metrics.accepted += 1
-    ls.typed.forget(report.get("uri", ""))
+    ls.typed.accepted(report.get("uri", ""))
 
 
 @server.command("draftline.didShowCompletion")
