@@ -115,6 +115,27 @@ def test_captured_passes_replay_into_their_own_buffer():
     assert torch.equal(first, held)
 
 
+class _CannotCapture:
+    """A driver that refuses graph capture (as an old one may)."""
+
+    def capture(self, run):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def test_a_capture_that_fails_runs_the_same_passes_uncaptured_and_says_so_once(caplog):
+    captured, failing = tiny(3, "captured"), tiny(3, "captured")
+    failing.graphs.graphs = _CannotCapture()
+    with caplog.at_level(logging.WARNING):
+        for model in (captured, failing):
+            model.forward([1, 2, 3])
+        rows = [model.score([5, 6]).rows for model in (captured, failing)]
+    assert torch.equal(rows[0], rows[1])
+    assert failing.graphs.graphs is None and failing.graphs.captured == 0 and captured.graphs.captured > 0
+    assert [r.message for r in caplog.records].count(
+        "CUDA graph capture failed (operation not permitted when stream is capturing): "
+        "running the static passes uncaptured") == 1
+
+
 def _engine(path: str) -> Engine:
     target, draft = tiny(1, path), tiny(2, path)
     tok = words()

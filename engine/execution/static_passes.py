@@ -209,7 +209,15 @@ class PassGraphs:
         key = (cache, width)
         if key not in self._buckets:
             started = time.perf_counter()
-            self._buckets[key] = _Bucket(self._run, PassInputs(width, self.device), self.graphs, self._idle_start)
+            try:
+                self._buckets[key] = _Bucket(self._run, PassInputs(width, self.device), self.graphs, self._idle_start)
+            except RuntimeError as exc:  # a driver or library that cannot capture: the same passes, launched
+                if self.graphs is None:
+                    raise
+                log.warning("CUDA graph capture failed (%s): running the static passes uncaptured", exc)
+                self.graphs = None
+                self._buckets.clear()
+                self._buckets[key] = _Bucket(self._run, PassInputs(width, self.device), None, self._idle_start)
             if self.graphs is not None:
                 log.debug("captured the %d-token pass (cache %d) in %.0f ms", width, cache,
                           1000 * (time.perf_counter() - started))
