@@ -1,7 +1,8 @@
 """Next-edit suggestions in real headless Neovim 0.12 against the real server
 (tests/editors/nvim_next_edit_test.lua): the preview appears after a pause, Esc dismisses it,
-Tab makes it. Here the buffer after Tab is checked against the server's own answer applied
-by this process."""
+Tab makes it; an edit out of view (tests/editors/nvim_next_edit_jump_test.lua) is marked, the
+first Tab jumps to it, the next makes it and asks for the next one at once. Here the buffer
+after Tab is checked against the server's own answer applied by this process."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,8 @@ from lsp_server.next_edit.rewrite import NextEdit, Position
 from tests.test_editor_nvim import INIT, REPO, _run
 
 SCRIPT = REPO / "tests" / "editors" / "nvim_next_edit_test.lua"
+JUMP_SCRIPT = REPO / "tests" / "editors" / "nvim_next_edit_jump_test.lua"
+NEOVIM_DELAY_MS = 600  # the plugin's next_edit.delay_ms (editors/nvim/lua/draftline/config.lua)
 
 pytestmark = pytest.mark.integration  # headless Neovim against the server
 
@@ -28,8 +31,6 @@ def test_the_next_edit_is_previewed_dismissed_and_made(tmp_path: Path) -> None:
     assert seen["after"] == apply_edit(seen["before"], edit)
 
 
-JUMP_SCRIPT = REPO / "tests" / "editors" / "nvim_next_edit_jump_test.lua"
-
 
 def test_an_edit_away_from_the_view_is_marked_jumped_to_and_made(tmp_path: Path) -> None:
     result = tmp_path / "result.json"
@@ -41,6 +42,3 @@ def test_an_edit_away_from_the_view_is_marked_jumped_to_and_made(tmp_path: Path)
     assert seen["jumped"] == edit.start.line  # the first Tab moved the cursor there
     assert seen["before"].startswith("class Shape:\n") and seen["after"] == apply_edit(seen["before"], edit)
     assert 0 <= seen["asked_after_ms"] < NEOVIM_DELAY_MS / 2  # asked at once, not after the pause
-
-
-NEOVIM_DELAY_MS = 600  # the plugin's next_edit.delay_ms (editors/nvim/lua/draftline/config.lua)
