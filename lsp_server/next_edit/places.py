@@ -142,8 +142,10 @@ def _regex(text: str, span: list[Token], offset: int, literal: set[str], inner: 
         gap = "" if previous is None else (r"\s*" if "\n" in between else r"[ \t]*")
         if offset + k in inner:
             if offset + k - 1 not in inner:  # the run's first token: any text, across its line ends
-                run = [t for i, t in enumerate(span) if offset + i in inner and i >= k]
-                lines = text.count("\n", token.start, run[-1].end) if run else 0
+                last = k
+                while last + 1 < len(span) and offset + last + 1 in inner:
+                    last += 1
+                lines = text.count("\n", token.start, span[last].end)
                 out.append(gap + (r"(?:[^\n]*\n){%d}" % lines if lines else "") + r"[^\n]*?")
             previous = token
             continue
@@ -183,6 +185,7 @@ def places(text: str, line: int, edits: list[Edit]) -> list[int]:
 
 
 def _matches(text: str, edit: Edit, made: list[tuple[int, int]]) -> set[int]:
+    """The lines where `edit`'s old form stands, but those in the `made` line spans."""
     pattern = pattern_of(edit)
     if pattern is None:
         return set()
