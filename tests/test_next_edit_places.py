@@ -83,3 +83,8 @@ def test_strings_changed_inside_and_names_replaced_by_builtins():
     assert places(text, 0, [Edit("t = '{0} left'.format(x)", "t = '{} left'.format(x)", 20)]) == [3]
     assert places(text, 0, [Edit("r = text_type(q)", "r = str(q)", 20)]) == [5]
     assert places(text, 0, [Edit("@u_format\ndef f(): pass", "def f(): pass", 20)]) == [6]
+
+
+def test_text_between_changes_spans_only_its_own_line_ends():
+    edit = Edit("p = 1 x 2\ny 3", "p = 10 x 20\ny 30", 5)  # two unchanged runs: `x` on a line, `y` after one
+    assert places("q = 1 x 2\ny 3\nr = 1 x\n2 y 3", 0, [edit]) == [0]
