@@ -444,3 +444,21 @@ def test_a_cancelled_prefill_pass_stops_after_the_layer_in_flight():
     model.truncate(0)
     model.forward(tokens[:PREFIX], logits=False)
     assert np.array_equal(model.forward(tokens[PREFIX:PREFIX + 4]), got)
+
+
+def test_the_probes_give_bench_kernels_a_peak_and_a_read_rate_to_measure_against(library):
+    """probe.c's two ceilings are positive rates, and `bench --kernels` gives a pass its share of
+    each: int8 operations (2 per weight and token) over the peak, the weights' bytes at the read
+    rate over the pass's time."""
+    from lsp_server.bench.kernels import report
+
+    assert library.draftline_int8_peak(10_000) > 0
+    memory = np.ones(1 << 20, dtype=np.uint8)
+    assert library.draftline_read_rate(memory.ctypes.data, memory.nbytes) > 0
+    limits = {"int8_ops_per_s": 1e12, "read_bytes_per_s": 1e10}
+    times = {"prefill_s": 2.0, "pass_s": {1: 0.1, 4: 0.2}}
+    got = report(limits, times, weights=10**9, weight_bytes=5 * 10**8)
+    assert got["passes"][4]["share_of_peak"] == pytest.approx(2 * 10**9 * 4 / 0.2 / 1e12)
+    assert got["passes"][1]["share_of_read_floor"] == pytest.approx(0.05 / 0.1)
+    assert got["passes"][4]["of_one_token_pass"] == pytest.approx(2.0)
+    assert got["prefill"]["tokens_per_s"] == pytest.approx(512 / 2.0)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from engine.api import MODES
 from engine.errors import EngineError
-from lsp_server.bench import next_edits
+from lsp_server.bench import kernels, next_edits
 from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwidth_gb_s
 from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
 from lsp_server.bench.lsp_client import setting
@@ -86,6 +86,9 @@ def add_parser(sub) -> None:
     p.add_argument("--through-server", action="store_true",
                    help="with --next-edit: also ask each case through the stdio server as Neovim asks it (an "
                         "inline request at the pause, the next edit 600 ms later), timed from the pause")
+    p.add_argument("--kernels", action="store_true",
+                   help="probe this CPU's int8 peak and read rate, then time the native decoder's prefill and passes "
+                        "of 1-16 tokens against them (lsp_server/bench/kernels.py)")
     p.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     p.add_argument("--plot", type=Path, default=None, help="draw latency per mode to this .png")
 
@@ -214,6 +217,8 @@ def _user(args: argparse.Namespace) -> User:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kernels:
+        return kernels.run(args)
     if args.next_edit:
         return next_edits.run(args)
     if args.through_server:
