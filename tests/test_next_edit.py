@@ -119,3 +119,9 @@ def test_the_users_own_edit_made_again_does_not_end_the_rewrite():
     end = first_change_end(window, text, ((1, 2),))
     assert end.resume == 8 and text[:end.cut] + "\n".join(window.split("\n")[end.resume:]) == window.replace("comb", "perm")
     assert first_change_end(window, text).resume == 5  # unmarked, line 1 is the first change
+
+
+def test_an_old_form_that_stands_nowhere_proposes_nothing_without_a_pass(fp32_engine):
+    code = "class A:\n    pass\n\n\nclass B:\n    pass\n"
+    prediction = predict(fp32_engine, code, 0, [Edit("class A(object):", "class A:", 0)], "a.py")
+    assert prediction.edit is None and prediction.rewrite is None and prediction.stats.new_tokens == 0

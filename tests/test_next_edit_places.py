@@ -52,7 +52,7 @@ def test_an_earlier_edit_gives_the_places_when_the_last_has_none():
     assert places(text, 1, edits) == [2]
 
 
-def test_the_window_moves_to_a_place_only_when_none_is_around_the_cursor():
+def test_the_window_moves_to_a_place_only_when_none_is_around_the_cursor_and_is_none_without_places():
     lines = ["class A:", *filler(40, "x"), "class B(object):", *filler(5, "y")]
     text = "\n".join(lines)
     edit = Edit("class A(object):", "class A:", 0)
@@ -60,7 +60,9 @@ def test_the_window_moves_to_a_place_only_when_none_is_around_the_cursor():
     assert moved == window_at(text, 41) and moved.first <= 41 < moved.first + WINDOW_LINES
     near = "\n".join(["class A:", *filler(4, "x"), "class B(object):", *filler(40, "y")])
     assert window_for(near, 0, [edit]) == window_at(near, 0)
-    assert window_for("\n".join(lines[:41]), 0, [edit]) == window_at(text, 0)  # no place: the cursor's
+    assert window_for("\n".join(lines[:41]), 0, [edit]) is None  # its old form stands nowhere: nothing due
+    spaces = Edit("x = f( a )", "x = f(a)", 0)  # no old form to look for: the cursor's window
+    assert window_for(text, 0, [spaces]) == window_at(text, 0)
 
 
 def test_bad_or_stale_history_gives_no_place():

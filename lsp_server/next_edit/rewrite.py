@@ -30,7 +30,7 @@ from engine.api import EDIT_CACHE, CompletionEngine, Request
 from engine.stats import Stats
 from engine.tokenization.tokenizer import Tokenizer
 from lsp_server.next_edit.history import Edit, changed_span
-from lsp_server.next_edit.places import places
+from lsp_server.next_edit.places import pattern_of, places
 
 # The window the model rewrites: of 20, 17 and 14 lines, the smallest was right most often on
 # real edits (a shorter rewrite has fewer places to drift; docs/next_edit.md).
@@ -96,13 +96,18 @@ def window_at(text: str, line: int) -> Window:
     return Window(first, "\n".join(lines[first:end]))
 
 
-def window_for(text: str, line: int, edits: list[Edit]) -> Window:
+def window_for(text: str, line: int, edits: list[Edit]) -> Window | None:
     """The window around the cursor's `line`, unless the edits' old form still stands only
-    outside it: then the window around the nearest such place (below the cursor first)."""
+    outside it: then the window around the nearest such place (below the cursor first). None
+    when the edits have an old form and it stands nowhere: nothing of their kind is left to do
+    (the cursor's window then showed edits where none was due: docs/next_edit.md). Edits with
+    no old form to look for (a change of spaces) get the cursor's window."""
     here = window_at(text, line)
     end = here.first + here.text.count("\n") + 1
     found = places(text, line, edits)
-    if not found or any(here.first <= place < end for place in found):
+    if not found:
+        return None if any(pattern_of(edit) for edit in edits) else here
+    if any(here.first <= place < end for place in found):
         return here
     return window_at(text, found[0])
 
@@ -342,7 +347,7 @@ def predict(engine: CompletionEngine, text: str, line: int, edits: list[Edit], p
     """The next edit of document `text` (named `path`), the cursor on `line`, after `edits`
     (oldest first). Call on the model thread."""
     window = window_for(text, line, edits)
-    if not edits or not window.text.strip():
+    if not edits or window is None or not window.text.strip():
         return Prediction(None, Stats(), None)
     lang = language(path)
     shown = shown_window(window, edits)
