@@ -90,3 +90,9 @@ def test_strings_changed_inside_and_names_replaced_by_builtins():
 def test_text_between_changes_spans_only_its_own_line_ends():
     edit = Edit("p = 1 x 2\ny 3", "p = 10 x 20\ny 30", 5)  # two unchanged runs: `x` on a line, `y` after one
     assert places("q = 1 x 2\ny 3\nr = 1 x\n2 y 3", 0, [edit]) == [0]
+
+
+def test_a_sprawling_change_gives_no_pattern():
+    quotes = Edit("f('a', 'b', 'c')", 'f("a", "b", "c")', 0)  # three strings changed: three wildcards
+    assert pattern_of(quotes) is None
+    assert pattern_of(Edit("f('a', 'b')", 'f("a", "b")', 0)) is not None

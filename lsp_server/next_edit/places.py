@@ -35,6 +35,9 @@ FIXED = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(di
 CONTEXT = 2  # tokens of context either side of the changed span
 WEAK_CONTEXT = 3  # the same, where the span holds no name, builtin or string kept as it is
 MAX_PLACES = 32  # the nearest ones are all a request uses
+# Pieces that match any text on a line (strings changed inside, unchanged runs between changes)
+# a pattern may hold: each one more makes the search slower by up to the line's length.
+MAX_WILDCARDS = 2
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,10 @@ def pattern_of(edit: Edit) -> Pattern | None:
         literal |= {t for t in a[lo:first] + a[last:hi] if _free(t)}
     if not any(_anchors(t, literal) for t in a[lo:hi]):
         return None
-    compiled = re.compile(_regex(edit.before, old[lo:hi], lo, literal, _inner_runs(changes, a), strings))
+    inner = _inner_runs(changes, a)
+    if len(strings) + len({i for i in inner if i - 1 not in inner}) > MAX_WILDCARDS:
+        return None  # a sprawling change: no pattern, and each wildcard multiplies the search
+    compiled = re.compile(_regex(edit.before, old[lo:hi], lo, literal, inner, strings))
     if compiled.search(edit.after):
         return None
     return Pattern(compiled, tuple(dict.fromkeys(renamed)))
@@ -163,7 +169,7 @@ def _regex(text: str, span: list[Token], offset: int, literal: set[str], inner: 
             piece = re.escape(token.text)
         out.append(gap + piece)
         previous = token
-    return "".join(out)
+    return "".join(out).removeprefix(r"[^\n]*?")  # leading "any text" only slows the search
 
 
 def _line_starts(text: str) -> list[int]:
