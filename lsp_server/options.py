@@ -175,7 +175,7 @@ OPTIONS: tuple[Option, ...] = (
            "the cursor, recent edits, similar code (docs/context.md)"),
     # Next-edit suggestions (lsp_server/next_edit/rewrite.py): after a pause following an edit, the
     # matching change the user will make nearby, asked for with draftline/nextEdit.
-    Option("nextEdit", bool, Settings.nextEdit, "next-edit suggestions: the same kind of change as the recent edits, nearby"),
+    Option("nextEdit", bool, Settings.nextEdit, "next-edit suggestions: the same kind of change as the recent edits, where it is due"),
     # The model that predicts next edits (any Qwen-family chat model: a name, a .gguf, a folder
     # or hf:...); null: the loaded model.
     Option("editModel", str, Settings.editModel, "model for next-edit suggestions (a name, a path or hf:...); null: the loaded model",
