@@ -8,6 +8,8 @@ a new spot gets on a machine that prefills `budget` tokens in `coldPrefillMs`.
 
 --suffix keeps the rest of the file after the line (as `bench --quality` has it); without it the
 document ends at the cursor, as in the replay, where the file is written again from a point.
+--repository adds a second answer per case whose cold window starts with other files'
+definitions (`cold_head` of the repository context, the first path the workspace).
 """
 from __future__ import annotations
 
@@ -25,20 +27,42 @@ from lsp_server.bench.machine import cpu_name
 from lsp_server.bench.pauses import walks
 from lsp_server.bench.quality import edit_similarity
 from lsp_server.bench.sources import find_sources
-from lsp_server.completion.cold_window import cold_prompt
-from lsp_server.completion.prompt import Cursor
+from lsp_server.completion.cold_window import cold_head, cold_prompt
+from lsp_server.completion.prompt import Budget, Cursor, fit
+from lsp_server.completion.repo_context import Repository, choose, names_near
 
 
 def cases(paths: list[Path], pauses: int, seed: int, suffix: bool) -> list[tuple[str, int, Cursor, str]]:
-    """(file, line, cursor after the line's indentation, the line's code) at each pause."""
+    """(file, line, cursor after the line's indentation, the line's code) at each pause; the file
+    relative to the first path."""
     out = []
     for walk in walks(find_sources(paths).files, pauses, seed):
         for line in walk.pauses:
             text = walk.lines[line]
             indent = text[:len(text) - len(text.lstrip())]
             after = "\n" + "\n".join(walk.lines[line + 1:]) if suffix else ""
-            out.append((walk.path.name, line, Cursor("\n".join(walk.lines[:line] + [indent]), after), text.strip()))
+            name = walk.path.resolve().relative_to(paths[0].resolve()).as_posix()
+            out.append((name, line, Cursor("\n".join(walk.lines[:line] + [indent]), after), text.strip()))
     return out
+
+
+def repository_of(root: Path) -> Repository:
+    repository = Repository(root.resolve().name)
+    for source in find_sources([root]).files:
+        repository.set(source.path.resolve().relative_to(root.resolve()).as_posix(), source.text)
+    return repository
+
+
+def head_for(engine: Engine, repository: Repository, path: str, cursor: Cursor, budget: int) -> list[int]:
+    """The cold window's other files at this case, as the server chooses them (nothing open)."""
+    blocks = choose(path, cursor, {}, repository, names_near(cursor)).blocks
+    fitted = fit(blocks, engine.tokenizer, Budget().repo_tokens)
+    return cold_head(fitted, engine.tokenizer, budget, path, repository.name)
+
+
+def score(engine: Engine, prompt, expected: str, stop) -> dict:
+    got = engine.complete(prompt, Request(48, stop)).text.split("\n", 1)[0].strip()
+    return {"got": got, "exact": got == expected, "similarity": round(edit_similarity(got, expected), 4)}
 
 
 def main() -> int:
@@ -48,10 +72,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budgets", default="80", help="cold windows' tokens, comma-separated")
     ap.add_argument("--suffix", action="store_true", help="keep the file's lines after the cursor")
+    ap.add_argument("--repository", action="store_true", help="also answer with other files' definitions first")
     ap.add_argument("--json", type=Path, help="write every answer here")
     args = ap.parse_args()
     engine = Engine.load()
     stop = cleanup.stop_rule(False, "")
+    repository = repository_of(args.paths[0]) if args.repository else None
     chosen = cases(args.paths, args.pauses, args.seed, args.suffix)
     report = {"model": {"name": DEFAULT, "dtype": engine.dtype},
               "machine": {"cpu": cpu_name(), "cores": os.cpu_count()},
@@ -59,16 +85,29 @@ def main() -> int:
     for budget in (int(b) for b in args.budgets.split(",")):
         rows = []
         for name, line, cursor, expected in chosen:
-            text = engine.complete(cold_prompt(cursor, engine.tokenizer, budget)[0], Request(48, stop)).text
-            got = text.split("\n", 1)[0].strip()
-            rows.append({"path": name, "line": line, "expected": expected, "got": got,
-                         "exact": got == expected, "similarity": round(edit_similarity(got, expected), 4)})
-        exact = sum(r["exact"] for r in rows)
-        similarity = sum(r["similarity"] for r in rows) / len(rows)
-        report["budgets"][budget] = {"exact": exact, "cases": len(rows), "edit_similarity": round(similarity, 4),
-                                     "answers": rows}
-        print(f"budget {budget:4d} tokens: exact {exact}/{len(rows)} ({exact / len(rows):.0%}), "
-              f"edit similarity {similarity:.2f}", flush=True)
+            row = {"path": name, "line": line, "expected": expected,
+                   **score(engine, cold_prompt(cursor, engine.tokenizer, budget)[0], expected, stop)}
+            if repository is not None:
+                head = head_for(engine, repository, name, cursor, budget)
+                with_head = cold_prompt(cursor, engine.tokenizer, budget, head)[0]
+                row["repository"] = {"head_tokens": len(head), **score(engine, with_head, expected, stop)}
+            rows.append(row)
+        totals = {"exact": sum(r["exact"] for r in rows), "cases": len(rows),
+                  "edit_similarity": round(sum(r["similarity"] for r in rows) / len(rows), 4)}
+        line = f"budget {budget:4d} tokens: exact {totals['exact']}/{len(rows)}, edit similarity {totals['edit_similarity']:.2f}"
+        if repository is not None:
+            headed = [r for r in rows if r["repository"]["head_tokens"]]
+            totals["repository"] = {
+                "exact": sum(r["repository"]["exact"] for r in rows), "cases_with_a_head": len(headed),
+                "exact_where_a_head": sum(r["repository"]["exact"] for r in headed),
+                "exact_without_where_a_head": sum(r["exact"] for r in headed),
+                "edit_similarity": round(sum(r["repository"]["similarity"] for r in rows) / len(rows), 4)}
+            rep = totals["repository"]
+            line += (f"; with definitions first: exact {rep['exact']}/{len(rows)}, edit similarity "
+                     f"{rep['edit_similarity']:.2f} (where there were any, {len(headed)} cases: "
+                     f"{rep['exact_where_a_head']} against {rep['exact_without_where_a_head']})")
+        report["budgets"][budget] = {**totals, "answers": rows}
+        print(line, flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0

@@ -127,3 +127,42 @@ def test_a_cold_window_grows_down_to_a_cursor_below_it(small_tokenizer):
     # a cursor above the line it grew from: another spot, no growing
     above = SOURCE[:SOURCE.index("        filler += 30")] + "        "
     assert grown_prompt(Cursor(above, ""), tok, 200, shown) is None
+
+
+def test_a_cold_window_starts_with_the_best_definitions_that_fit_a_third_of_it(small_tokenizer):
+    """Other files' definitions before the cold window's lines: the best file's first lines (the
+    full prompt's blocks have it last), at most a third of the budget, in the repository format;
+    the lines above the cursor get the rest."""
+    from engine.tokenization.tokenizer import RepoTokens
+    from lsp_server.completion.cold_window import cold_head, cold_prompt, grown_prompt
+    from lsp_server.completion.prompt import Block, Cursor, repo_head
+
+    tok = _qwen_like(small_tokenizer)
+    tok.repo = RepoTokens(3, 4)
+    best = Block("shapes.py", "def area(side: float, scale: float = 1.0) -> float:\n" + "    ...\n" * 40)
+    other = Block("util.py", "def clamp(value, low, high):\n    ...")
+    head = cold_head([other, best], tok, 240, "main.py", "proj")
+    assert 0 < len(head) <= 240 // 3
+    assert head[:1] == [3] and head.count(4) >= 2  # <|repo_name|>, a file, then this file's <|file_sep|>
+    text = tok.decode(head)
+    assert "shapes.py\ndef area(side: float, scale: float = 1.0) -> float:" in text  # the best, from its start
+    assert "util.py" not in text  # the best file's lines took the whole third
+    short = Block("shapes.py", "def area(side: float) -> float:\n    ...")
+    both = cold_head([other, short], tok, 3000, "main.py", "proj")
+    assert both == repo_head(tok, [other, short], "main.py", "proj")  # both whole, the best file last
+    assert len(cold_head([other, best], tok, 3000, "main.py", "proj")) <= 100  # HEAD_TOKENS whatever the budget
+    tok.repo = None
+    assert cold_head([best], tok, 240, "main.py", "proj") == []  # no repository format: no head
+
+    tok.repo = RepoTokens(3, 4)
+    lines = [f"value_{i} = area({i})" for i in range(200)]
+    cursor = Cursor("\n".join(lines) + "\n", "\nprint(value_0)\n")
+    prompt, shown = cold_prompt(cursor, tok, 240, head)
+    assert prompt[:len(tok.with_bos(head))] == tok.with_bos(head)  # the head first
+    assert len(prompt) <= 240 + 8  # the template's few tokens
+    plain, plain_shown = cold_prompt(cursor, tok, 240)
+    assert len(shown) < len(plain_shown) and shown[-1] == plain_shown[-1]  # fewer lines, still the nearest
+    below = Cursor(cursor.prefix + "value_200 = area(200)\n", cursor.suffix)
+    grown, _ = grown_prompt(below, tok, 240, shown, head)
+    assert grown[:len(tok.with_bos(head))] == tok.with_bos(head)  # the same head: still cached
+    assert "value_199 = area(199)\nvalue_200 = area(200)\n" in tok.decode(grown)

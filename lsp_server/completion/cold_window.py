@@ -1,13 +1,17 @@
 """The window of a request at a new spot whose full window would take too long to prefill: within
 a token budget, the lines that inform the cursor's line most, in the file's order.
 
-    the cursor's line and the lines just above it   (at least four fifths of the budget)
+    other files' definitions of the names near it   (the best of the full prompt's, at most a
+                                                     third of the budget and HEAD_TOKENS)
+    the cursor's line and the lines just above it   (at least four fifths of the rest)
     the header of the scope around the cursor       (a function's signature, continued lines too)
     the first lines after the cursor                (a fifth of the budget, as the full window)
 
 A budget here is what a CPU prefills in a second (50-200 tokens). Spent on the enclosing scopes'
 headers and the imports as well, it gave fewer first lines right than the nearest lines did
 (docs/context.md, "The cold window"): a model sees a file with gaps, and loses lines above.
+A definition from another file is different: a line that calls it is decided by its signature,
+which no line of this file shows.
 
 At the next spot below (the user wrote a line and paused again), the same window grows down to
 the new cursor (`grown_prompt`): its start is still in the KV cache, so only the new lines and
@@ -19,12 +23,14 @@ import re
 from collections.abc import Callable, Sequence
 
 from engine.tokenization.tokenizer import Tokenizer
-from lsp_server.completion.prompt import Cursor, fim_prompt, suffix_window
+from lsp_server.completion.prompt import Block, Cursor, fim_prompt, repo_head, suffix_window
 
 NEAR_SHARE = 0.8  # of the prefix budget, always for the lines just above the cursor
 HEADER_SHARE = 0.2  # at most, for the innermost scope's header
 SUFFIX_SHARE = 0.2  # of the whole budget, at most, for the lines after the cursor
 MAX_HEADER_LINES = 6  # a signature continued over several lines
+HEAD_TOKENS = 100  # other files' definitions: a few signatures
+HEAD_SHARE = 1 / 3  # of the whole budget, at most, for them
 _CLOSER = re.compile(r"[)\]}]")  # a line that closes a scope opens none
 
 
@@ -104,34 +110,56 @@ def cold_prefix(prefix: str, tokenizer: Tokenizer, budget: int) -> str:
     return "\n".join(lines[i] for i in cold_lines(lines, tokenizer, budget))
 
 
-def _prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int, choose: Callable[[list[str], int], Sequence[int]]
-            ) -> tuple[str | list[int], tuple[int, ...]]:
-    """A prompt of the prefix's lines that `choose(lines, budget)` picks and, with FIM, about a
-    fifth of `tokens` of suffix; and the line numbers it shows."""
+def cold_head(blocks: Sequence[Block], tokenizer: Tokenizer, tokens: int, path: str, repo_name: str) -> list[int]:
+    """Other files for a cold window of `tokens` tokens: from the full prompt's `blocks` (best
+    file last, its best pieces first), the first lines of the best that fit a third of the
+    budget and HEAD_TOKENS, in the repository format; [] for a model without that format."""
+    if tokenizer.repo is None or not blocks:
+        return []
+    allowance = min(HEAD_TOKENS, int(tokens * HEAD_SHARE))
+    kept: list[Block] = []
+    for block in reversed(blocks):
+        lines: list[str] = []
+        for line in block.text.split("\n"):
+            candidate = [*kept, Block(block.path, "\n".join([*lines, line]))]
+            if len(repo_head(tokenizer, candidate[::-1], path, repo_name)) > allowance:
+                break
+            lines.append(line)
+        if lines and "\n".join(lines).strip():
+            kept.append(Block(block.path, "\n".join(lines)))
+    return repo_head(tokenizer, kept[::-1], path, repo_name) if kept else []
+
+
+def _prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int, choose: Callable[[list[str], int], Sequence[int]],
+            head: Sequence[int]) -> tuple[str | list[int], tuple[int, ...]]:
+    """A prompt of `head` (other files), the prefix's lines that `choose(lines, budget)` picks
+    and, with FIM, about a fifth of `tokens` of suffix; and the line numbers it shows."""
     lines = cursor.prefix.split("\n")
     if tokenizer.fim is None:
         shown = choose(lines, tokens)
         return "\n".join(lines[i] for i in shown), tuple(shown)
     suffix = suffix_window(cursor.suffix, tokenizer, int(tokens * SUFFIX_SHARE))
-    shown = choose(lines, max(32, tokens - len(tokenizer.encode(suffix))))
-    return fim_prompt(tokenizer, "\n".join(lines[i] for i in shown), suffix), tuple(shown)
+    shown = choose(lines, max(32, tokens - len(head) - len(tokenizer.encode(suffix))))
+    return fim_prompt(tokenizer, "\n".join(lines[i] for i in shown), suffix, head), tuple(shown)
 
 
-def cold_prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int) -> tuple[str | list[int], tuple[int, ...]]:
-    """The prompt of about `tokens` tokens at `cursor`: FIM where the tokenizer has it, no other
-    files; and the lines of the prefix it shows (for `grown_prompt` at a later spot)."""
-    return _prompt(cursor, tokenizer, tokens, lambda lines, budget: cold_lines(lines, tokenizer, budget))
+def cold_prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int, head: Sequence[int] = ()
+                ) -> tuple[str | list[int], tuple[int, ...]]:
+    """The prompt of about `tokens` tokens at `cursor`: FIM where the tokenizer has it, other
+    files only as `head` (`cold_head`); and the lines of the prefix it shows (for
+    `grown_prompt` at a later spot)."""
+    return _prompt(cursor, tokenizer, tokens, lambda lines, budget: cold_lines(lines, tokenizer, budget), head)
 
 
-def grown_prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int, shown: tuple[int, ...]
+def grown_prompt(cursor: Cursor, tokenizer: Tokenizer, tokens: int, shown: tuple[int, ...], head: Sequence[int] = ()
                  ) -> tuple[str | list[int], tuple[int, ...]] | None:
-    """The cold window that showed lines `shown` at an earlier spot, grown down to the cursor's
-    line (every line after them), with the suffix at the cursor; None where the cursor's line is
-    above the last line it showed (another spot: a window chosen afresh)."""
+    """The cold window that showed lines `shown` after `head` at an earlier spot, grown down to
+    the cursor's line (every line after them), with the suffix at the cursor; None where the
+    cursor's line is above the last line it showed (another spot: a window chosen afresh)."""
     line = cursor.prefix.count("\n")
     if not shown or line < shown[-1]:
         return None
-    return _prompt(cursor, tokenizer, tokens, lambda lines, budget: [*shown[:-1], *range(shown[-1], line + 1)])
+    return _prompt(cursor, tokenizer, tokens, lambda lines, budget: [*shown[:-1], *range(shown[-1], line + 1)], head)
 
 
 def _line_end_at_or_before(tokens: list[int], start: int, cut: int, tokenizer: Tokenizer) -> int:

@@ -19,7 +19,7 @@ from engine.stats import Stats
 from lsp_server.completion import cleanup
 from lsp_server.completion.prompt import (
     WINDOW_STEP_LINES, Block, Budget, Cursor, build_prompt, fit, neighbourhood, similar_snippets)
-from lsp_server.completion.cold_window import cold_prompt, grown_prompt, warm_start
+from lsp_server.completion.cold_window import cold_head, cold_prompt, grown_prompt, warm_start
 from lsp_server.options import Settings
 from lsp_server.completion.repo_context import Repository, choose, names_near
 
@@ -114,8 +114,9 @@ class Suggester:
         self.budget = budget
         self._context: dict[str, tuple[tuple, list[Block]]] = {}  # uri -> (what it was chosen for, blocks)
         self._auto_window: int | None = None  # chosen once: a window that moved would empty the cache
-        # The last cold window: the document's path in prompts, and the lines it showed.
-        self._cold: tuple[str, tuple[int, ...]] | None = None
+        # The last cold window: the document's path in prompts, the lines it showed and the
+        # other files before them (grown at the next spot, it keeps both: they are cached).
+        self._cold: tuple[str, tuple[int, ...], list[int]] | None = None
 
     def forget(self, uri: str) -> None:
         self._context.pop(uri, None)
@@ -158,7 +159,8 @@ class Suggester:
         request may prefill for `settings.coldPrefillMs` (0: as long as the full window takes).
         Shortened, in this order: the last cold window of the document grown down to the cursor
         (while it prefills in time and stays shorter than the full prompt), the cached start of
-        the full prompt with a cold window of the rest, a cold window."""
+        the full prompt with a cold window of the rest, a cold window (after the best of the
+        other files' definitions: `cold_head`)."""
         engine, name = self.engine, self.documents.repository.name
         budget = replace(self.budget, prefix_tokens=self.window_tokens(settings))
         full = build_prompt(cursor, engine.tokenizer, engine.max_len, blocks, budget, path, name)
@@ -166,18 +168,19 @@ class Suggester:
         if not allowed_s or engine.prefill_seconds(full) <= allowed_s:
             return full, None
         fits = max(MIN_COLD_TOKENS, int(engine.prefill_tokens_per_s() * allowed_s))
-        last = self._cold[1] if self._cold is not None and self._cold[0] == path else ()
-        grown = grown_prompt(cursor, engine.tokenizer, fits, last)
-        if grown is not None:
-            tokens = engine.prompt_tokens(grown[0])
-            if len(tokens) <= len(engine.prompt_tokens(full)) and engine.prefill_seconds(tokens) <= allowed_s:
-                self._cold = path, grown[1]
-                return grown[0], full
+        if self._cold is not None and self._cold[0] == path:
+            grown = grown_prompt(cursor, engine.tokenizer, fits, self._cold[1], self._cold[2])
+            if grown is not None:
+                tokens = engine.prompt_tokens(grown[0])
+                if len(tokens) <= len(engine.prompt_tokens(full)) and engine.prefill_seconds(tokens) <= allowed_s:
+                    self._cold = path, grown[1], self._cold[2]
+                    return grown[0], full
         warm = warm_start(full, engine.cached_tokens(full), cursor, engine.tokenizer, fits)
         if warm is not None:
             return warm, full
-        prompt, shown = cold_prompt(cursor, engine.tokenizer, fits)
-        self._cold = path, shown
+        head = cold_head(blocks, engine.tokenizer, fits, path, name)
+        prompt, shown = cold_prompt(cursor, engine.tokenizer, fits, head)
+        self._cold = path, shown, head
         return prompt, full
 
     def prefill(self, plan: Plan, settings: Settings, cancel: threading.Event) -> bool:
