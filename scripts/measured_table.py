@@ -71,6 +71,8 @@ def command(report: dict, paths: str, draft: str | None) -> str:
         parts.append("--cold")
     if settings.get("pauses"):
         parts += ["--pauses", str(settings["pauses"])]
+        user = (report.get("pauses") or {}).get("user", {})
+        parts += [f"--pause-s {user['pause_s']:g} --key-ms {user['key_s'] * 1000:g} --read-s {user['read_s']:g}"] if user else []
     return " ".join(parts)
 
 
@@ -84,19 +86,33 @@ def prefill_line(report: dict, run: str) -> list[str]:
     return [f"Prefill{run} (cold less warm, prompt tokens per second): " + ", ".join(cells) + "."]
 
 
+MOMENTS_S = (0.5, 1.0, 1.5, 2.0, 4.0, 8.0)  # bench --pauses scores the screen at these moments of a pause
+
+
 def pause_rows(report: dict, run: str) -> list[str]:
+    """A row per contender: right by each moment of the pause (count, share, 95% interval; - past
+    the pause's end), ghost text at its end, p50 / p90 from the pause to ghost text."""
     out = []
-    for name, m in (report.get("pauses") or {}).get("summary", {}).items():
+    pauses = report.get("pauses") or {}
+    user = pauses.get("user", {})
+    for name, m in pauses.get("summary", {}).items():
         label = "`llama-server` asked as llama.vim asks it" if name == "llama-server" else f"`{name}` (stdio server)"
-        out.append(f"|{run} {label} | {m['with_ghost_text']} of {m['pauses']} | {m['exact_first_line']:.0%} | "
-                   f"{m['edit_similarity']:.2f} | {m['p50_ms'] / 1000:.2f} / {m['p90_ms'] / 1000:.2f} s | "
-                   f"{m['first_in_file_p50_ms'] / 1000:.2f} s | {_whole_window(m)} |")
+        cells = [_right(m.get(f"right_by_{t:g}s")) for t in MOMENTS_S]
+        end = m.get(f"shown_by_{user.get('pause_s', 0):g}s", "-")
+        out.append(f"|{run} {label} | {m['pauses']} | " + " | ".join(cells)
+                   + f" | {end} | {_seconds(m['p50_s'])} / {_seconds(m['p90_s'])} |")
     return out
 
 
-def _whole_window(m: dict) -> str:
-    """At how many pauses the answer had the whole window (runs before bench counted it: -)."""
-    return "-" if m.get("full_window") is None else f"{m['full_window']} of {m['pauses']}"
+def _right(right: dict | None) -> str:
+    if right is None:
+        return "-"
+    low, high = right["interval"]
+    return f"{right['count']} ({right['share']:.0%}, {low:.0%}-{high:.0%})"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
 
 
 def machine(report: dict) -> str:
@@ -162,10 +178,12 @@ def table(paths: list[Path], relative_to: Path, given_paths: str, draft: str | N
         lines += prefill_line(report, f" [{i}]" if several else "")
     pauses = [row for i, r in enumerate(reports, 1) for row in pause_rows(r, f" [{i}]" if several else "")]
     if pauses:
-        lines += ["", "At a pause in real code (bench `--pauses`: the files written again line by line, a pause "
-                  "after each new line's indentation, the first right after opening; docs/bench.md):", "",
-                  "| " + ("run, " if several else "") + "editor | ghost text | exact first line | edit similarity | "
-                  "p50 / p90 | first pause in a file, p50 | whole window |", "|---|---|---|---|---|---|---|", *pauses]
+        lines += ["", "At a pause in real code (bench `--pauses`: the files written again line by line on one clock "
+                  "for both, a pause after each new line's indentation; right by t: the file's line on screen t into "
+                  "the pause, count (share, 95% interval); docs/bench.md):", "",
+                  "| " + ("run, " if several else "") + "editor | pauses | " + " | ".join(
+                      f"right by {t:g} s" for t in MOMENTS_S) + " | shown at the end | to ghost text, p50 / p90 |",
+                  "|" + "---|" * (4 + len(MOMENTS_S)), *pauses]
     peers = sorted({m for r in reports for m in r["settings"]["modes"] if m in IN_PROCESS_PEERS})
     if peers:
         lines.append(f"In-process peers ({', '.join(peers)}) ran inside bench's process, under the "

@@ -62,15 +62,20 @@ def test_prefill_rates_and_the_pause_replay_are_shown(tmp_path):
     report = json.loads(path.read_text())
     report["settings"]["pauses"] = 16
     report["prefill_tokens_per_s"] = {"ar": 200.0, "llama-server": 100.0}
-    pause = {"pauses": 16, "with_ghost_text": 15, "exact_first_line": 0.375, "edit_similarity": 0.64,
-             "p50_ms": 1010.0, "p90_ms": 1490.0, "first_in_file_p50_ms": 1200.0}
-    report["pauses"] = {"summary": {"draftline": pause, "llama-server": pause | {"p90_ms": 9160.0}}}
+    right = {f"right_by_{t:g}s": {"count": 3, "share": 0.1875, "interval": [0.066, 0.43]} for t in (0.5, 1, 1.5)}
+    pause = {"pauses": 16, **right, "shown_by_1.5s": 15, "p50_s": 1.01, "p90_s": 1.49}
+    report["pauses"] = {"summary": {"draftline": pause, "llama-server": pause | {"p90_s": None}},
+                        "user": {"pause_s": 1.5, "key_s": 0.12, "read_s": 0.0}}
     path.write_text(json.dumps(report))
     text = measured_table.table([path], tmp_path, "/src", None, False)
-    assert "--cold --pauses 16`" in text
+    assert "--cold --pauses 16 --pause-s 1.5 --key-ms 120 --read-s 0`" in text
     assert "`ar` 200, `llama-server` 100 (2.00x slower than `ar`)" in text
-    assert "| `draftline` (stdio server) | 15 of 16 | 38% | 0.64 | 1.01 / 1.49 s | 1.20 s |" in text
-    assert "| `llama-server` asked as llama.vim asks it | 15 of 16 | 38% | 0.64 | 1.01 / 9.16 s | 1.20 s |" in text
+    assert ("| `draftline` (stdio server) | 16 | 3 (19%, 7%-43%) | 3 (19%, 7%-43%) | 3 (19%, 7%-43%) | - | - | - "
+            "| 15 | 1.01 s / 1.49 s |") in text
+    assert "| `llama-server` asked as llama.vim asks it | 16 |" in text and "| 15 | 1.01 s / - |" in text
+    header = next(line for line in text.split("\n") if line.startswith("| editor | pauses |"))
+    rule = text.split("\n")[text.split("\n").index(header) + 1]
+    assert rule.count("---") == header.count("|") - 1  # a column rule per column
 
 
 def test_in_process_peers_are_left_out_or_marked_without_a_ratio(tmp_path):
