@@ -21,23 +21,23 @@ NEOVIM_DELAY_MS = 600  # the plugin's next_edit.delay_ms (editors/nvim/lua/draft
 pytestmark = pytest.mark.integration  # headless Neovim against the server
 
 
-def test_the_next_edit_is_previewed_dismissed_and_made(tmp_path: Path) -> None:
+def _play(script: Path, tmp_path: Path) -> tuple[dict, NextEdit]:
+    """What the Lua script saw in headless Neovim 0.12, and the edit the server offered."""
     result = tmp_path / "result.json"
-    _run("0.12", "-u", str(INIT), "-c", f"luafile {SCRIPT}", env={"DRAFTLINE_RESULT": str(result)})
+    _run("0.12", "-u", str(INIT), "-c", f"luafile {script}", env={"DRAFTLINE_RESULT": str(result)})
     seen = json.loads(result.read_text())
     e = seen["edit"]
-    edit = NextEdit(Position(**e["start"]), Position(**e["end"]), e["text"])
+    return seen, NextEdit(Position(**e["start"]), Position(**e["end"]), e["text"])
+
+
+def test_the_next_edit_is_previewed_dismissed_and_made(tmp_path: Path) -> None:
+    seen, edit = _play(SCRIPT, tmp_path)
     assert seen["before"].startswith("def area(w, h):\n    return w * h")
     assert seen["after"] == apply_edit(seen["before"], edit)
 
 
-
 def test_an_edit_away_from_the_view_is_marked_jumped_to_and_made(tmp_path: Path) -> None:
-    result = tmp_path / "result.json"
-    _run("0.12", "-u", str(INIT), "-c", f"luafile {JUMP_SCRIPT}", env={"DRAFTLINE_RESULT": str(result)})
-    seen = json.loads(result.read_text())
-    e = seen["edit"]
-    edit = NextEdit(Position(**e["start"]), Position(**e["end"]), e["text"])
+    seen, edit = _play(JUMP_SCRIPT, tmp_path)
     assert seen["row"] == edit.start.line > seen["bottom"]  # marked where it is, out of view
     assert seen["jumped"] == edit.start.line  # the first Tab moved the cursor there
     assert seen["before"].startswith("class Shape:\n") and seen["after"] == apply_edit(seen["before"], edit)

@@ -206,16 +206,16 @@ def format_pauses(numbers: dict, user: User) -> str:
     moments = user.moments()
     lines = [f"\n\npauses: right first line on screen by t into a pause at a new line's indentation "
              f"(pauses of {user.pause_s:g} s, keys {user.key_s * 1000:g} ms apart, {user.read_s:g} s reading a file first)",
-             f"{'contender':<14}{'pauses':>7}" + "".join(f"{f'by {t:g} s':>16}" for t in moments)
+             f"{'contender':<19}{'pauses':>7}" + "".join(f"{f'by {t:g} s':>18}" for t in moments)
              + f"{'shown':>8}{'p50 s':>8}{'p90 s':>8}"]
     for name, m in numbers.items():
         for label, part in (("", m), (" first", m["first_in_file"]), (" later", m["later_in_file"])):
             if not part["pauses"]:
                 continue
-            cells = "".join(f"{_cell(part[f'right_by_{t:g}s']):>16}" for t in moments)
+            cells = "".join(f"{_cell(part[f'right_by_{t:g}s']):>18}" for t in moments)
             tail = f"{part[f'shown_by_{moments[-1]:g}s']:>8}" + (
                 f"{_seconds(m['p50_s']):>8}{_seconds(m['p90_s']):>8}" if not label else "")
-            lines.append(f"{name + label:<14}{part['pauses']:>7}{cells}{tail}")
+            lines.append(f"{name + label:<19}{part['pauses']:>7}{cells}{tail}")
     lines.append("(right: counts, share and 95% interval; shown: pauses with ghost text at the end; p50/p90: from "
                  "the pause to ghost text, - where it never came; first/later: the first pause in a file, the others)")
     return "\n".join(lines)
