@@ -450,7 +450,7 @@ def test_the_probes_give_bench_kernels_a_peak_and_a_read_rate_to_measure_against
     """probe.c's two ceilings are positive rates, and `bench --kernels` gives a pass its share of
     each: int8 operations (2 per weight and token) over the peak, the weights' bytes at the read
     rate over the pass's time."""
-    from lsp_server.bench.kernels import report
+    from lsp_server.bench.kernels import format_kernels, report
 
     assert library.draftline_int8_peak(10_000) > 0
     memory = np.ones(1 << 20, dtype=np.uint8)
@@ -462,3 +462,6 @@ def test_the_probes_give_bench_kernels_a_peak_and_a_read_rate_to_measure_against
     assert got["passes"][1]["share_of_read_floor"] == pytest.approx(0.05 / 0.1)
     assert got["passes"][4]["of_one_token_pass"] == pytest.approx(2.0)
     assert got["prefill"]["tokens_per_s"] == pytest.approx(512 / 2.0)
+    text = format_kernels({"cpu": "a CPU", "cores": 2, "limits": limits, **got})
+    assert text.startswith("a CPU, 2 cores: int8 peak 1000 GOP/s, read 10.0 GB/s\n")
+    assert " 4 tokens:  200.0 ms (2.00 x one)" in text and text.endswith("of the read floor\n")

@@ -11,9 +11,9 @@ arithmetic, so the two shares say how far each is from what this CPU allows.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from lsp_server.bench.machine import cpu_name
+from lsp_server.bench.report import write_json
 
 WIDTHS = (1, 2, 4, 8, 16)
 PREFILL = 512
@@ -102,13 +103,19 @@ def run(args: argparse.Namespace) -> int:
     result = {"cpu": cpu_name(), "cores": cores, "build": model.native.build, "model": str(name),
               "weights": weights, "weight_bytes": model.weight_bytes, "context": CONTEXT, "rounds": ROUNDS,
               "limits": limits, "times": times, **report(limits, times, weights, model.weight_bytes)}
-    print(f"{result['cpu']}, {cores} cores: int8 peak {limits['int8_ops_per_s'] / 1e9:.0f} GOP/s, "
-          f"read {limits['read_bytes_per_s'] / 1e9:.1f} GB/s")
-    p = result["prefill"]
-    print(f"prefill {PREFILL}: {p['tokens_per_s']:.1f} tok/s, {p['share_of_peak']:.0%} of peak")
-    for width, s in result["passes"].items():
-        print(f"{width:2d} tokens: {s['ms']:6.1f} ms ({s['of_one_token_pass']:.2f} x one), "
-              f"{s['share_of_peak']:.0%} of peak, {s['share_of_read_floor']:.0%} of the read floor")
+    sys.stdout.write(format_kernels(result))  # the report is the command's output
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        write_json(result, Path(args.json))
     return 0
+
+
+def format_kernels(result: dict) -> str:
+    """The probes and the passes as lines of text."""
+    limits, p = result["limits"], result["prefill"]
+    lines = [f"{result['cpu']}, {result['cores']} cores: int8 peak {limits['int8_ops_per_s'] / 1e9:.0f} GOP/s, "
+             f"read {limits['read_bytes_per_s'] / 1e9:.1f} GB/s",
+             f"prefill {PREFILL}: {p['tokens_per_s']:.1f} tok/s, {p['share_of_peak']:.0%} of peak"]
+    lines += [f"{width:2d} tokens: {s['ms']:6.1f} ms ({s['of_one_token_pass']:.2f} x one), "
+              f"{s['share_of_peak']:.0%} of peak, {s['share_of_read_floor']:.0%} of the read floor"
+              for width, s in result["passes"].items()]
+    return "\n".join(lines) + "\n"
