@@ -97,6 +97,9 @@ class CompletionEngine(Protocol):
     @property
     def documents(self) -> int: ...  # documents it holds for prompt lookup
 
+    @property
+    def completion_caches(self) -> int: ...  # prompts whose KV it keeps at once, each in a cache
+
     def describe(self) -> dict:
         """What runs, for stats and reports: {"kind": "local"|"remote", "dtype", "backend",
         ...}; JSON-serialisable."""

@@ -111,6 +111,11 @@ class Engine:
         return total
 
     @property
+    def completion_caches(self) -> int:
+        """Completions' prompts whose KV caches it keeps at once (the last spots')."""
+        return len(self._slots)
+
+    @property
     def documents(self) -> int:
         """Documents (open files and workspace files) in the lookup index."""
         return self.lookup.documents

@@ -411,6 +411,40 @@ def test_a_window_prefilled_where_the_cursor_rests_serves_the_first_request_belo
     assert not suggester.prefill(rests, settings, cancelled) and engine.cached_tokens(prompt) == 0
 
 
+@pytest.mark.integration  # the embedded model, in the native backend's caches
+def test_a_file_typed_in_at_once_grows_the_window_prefilled_where_it_opened(monkeypatch):
+    """A file opened (draftline/cursor at once) and typed in within a second: the prefill there
+    begins with the window a request would get now, and the full window follows in another
+    cache; a request on the next line, cutting the prefill short, grows that window from its
+    cached start."""
+    from engine.engine import Engine
+    from tests.models import SMALL
+
+    engine = Engine.load(SMALL, dtype="gguf", threads=2)
+    assert engine.completion_caches > 1
+    monkeypatch.setattr(engine, "prefill_tokens_per_s", lambda: 150.0)  # a slow machine
+    text = stdlib_text("textwrap.py")
+    written = text[:text.index("\ndef dedent(")]
+    lines, settings = written.split("\n"), Settings()
+    opened = plan_at("file:///textwrap.py", written, len(lines) - 1, len(lines[-1]), settings)
+    suggester, typed, prefill = Suggester(engine, Documents()), threading.Event(), engine.prefill
+    prefilled: list[list[int]] = []
+
+    def then_typed(tokens: list[int], cancel: threading.Event) -> None:  # a request came after the first
+        prefill(tokens, cancel)
+        prefilled.append(tokens)
+        typed.set()
+
+    monkeypatch.setattr(engine, "prefill", then_typed)
+    assert not suggester.prefill(opened, settings, typed)
+    window, full = prefilled
+    assert len(window) <= 150 * COLD_PREFILL_S < len(full) and engine.cached_tokens(full) <= 1
+    grown, full_below = suggester.prompt_for(Cursor(written + "\ndef dedent(", ""), [], opened.path)
+    assert full_below is not None and len(engine.prompt_tokens(grown)) > len(window)
+    assert engine.cached_tokens(grown) >= len(window) - 2  # all but the edge
+    assert engine.prefill_seconds(grown) < COLD_PREFILL_S / 4
+
+
 def test_the_next_line_grows_the_cold_window_instead_of_choosing_one_again(fp32_engine, monkeypatch):
     """Written line by line with a pause on each new line: the cold window of the first pause
     grows down to the next one, so its start stays cached and only the new line is prefilled;

@@ -120,6 +120,10 @@ class RemoteEngine:
         return self.served.max_len if self.served else DEFAULT_MAX_LEN
 
     @property
+    def completion_caches(self) -> int:
+        return 1  # the server's own, out of sight
+
+    @property
     def documents(self) -> int:
         return len(self._documents)
 

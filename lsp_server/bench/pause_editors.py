@@ -4,9 +4,10 @@ An editor holds the document and a screen: the ghost text shown at the cursor. T
 `edit` for each keystroke and `step` until the clock's next event; the editor sends its requests
 and takes its answers in between, and is never waited for.
 
-- `DraftlineEditor`: our stdio server as Neovim 0.12's native inline completion asks it: a request
-  200 ms after the last keystroke (earlier ones are not cancelled by the client: the server
-  supersedes them), again on `draftline/suggestionReady` at the cursor.
+- `DraftlineEditor`: our stdio server as Neovim 0.12's native inline completion and our plugin ask
+  it: where the cursor is as a file opens (`draftline/cursor`), a request 200 ms after the last
+  keystroke (earlier ones are not cancelled by the client: the server supersedes them), again on
+  `draftline/suggestionReady` at the cursor.
 - `LlamaVimEditor`: llama-server as llama.vim asks it: a request on every keystroke, one at a time
   (a keystroke while one is in flight asks again when it returns, with the text as it is then),
   `POST /infill` with llama.vim's fields.
@@ -27,7 +28,6 @@ from lsp_server.bench.lsp_client import Client
 from lsp_server.next_edit.rewrite import utf16_units
 
 NEOVIM_DEBOUNCE_S = 0.2  # vim.lsp.inline_completion's debounce
-PLUGIN_REST_S = 0.2  # our plugin's rest_ms: the cursor resting in normal mode, as after opening a file
 LLAMA_VIM_RETRY_S = 0.1  # llama.vim's timer while a request is in flight: it asks again within this
 LLAMA_VIM = {"n_predict": 256, "top_k": 40, "top_p": 0.99, "samplers": ["top_k", "top_p", "infill"],
              "cache_prompt": True, "t_max_prompt_ms": 500, "t_max_predict_ms": 1500, "seed": 0}
@@ -86,7 +86,6 @@ class DraftlineEditor:
         self.version = 0
         self.screen = Screen()
         self._ask_at: float | None = None  # when the debounced request goes
-        self._rest_at: float | None = None  # when the plugin says where the cursor rests (before any key)
         self._waiting: dict[int, int] = {}  # request id -> the screen's version it asks for
 
     def open(self, uri: str, text: str) -> None:
@@ -95,7 +94,8 @@ class DraftlineEditor:
         self.screen.lines = text.split("\n")
         self.client.notify("textDocument/didOpen", {"textDocument": {
             "uri": uri, "languageId": "python", "version": 1, "text": text}})
-        self._rest_at = time.perf_counter() + PLUGIN_REST_S
+        self.client.notify("draftline/cursor", {"textDocument": {"uri": uri}, "position": {
+            "line": len(self.screen.lines) - 1, "character": 0}})  # the plugin, as a buffer opens
 
     def insert(self, line: int, character: int, text: str) -> None:
         self.replace((line, character), (line, character), text)
@@ -121,16 +121,11 @@ class DraftlineEditor:
         self.insert(line, utf16_units(self.screen.lines[-1]), text)
         self.screen.type(text)
         self._ask_at = time.perf_counter() + NEOVIM_DEBOUNCE_S
-        self._rest_at = None  # insert mode: the plugin says nothing
 
     def step(self, until: float) -> None:
         """Ask and take answers until `until` (perf_counter seconds)."""
         while True:
             now = time.perf_counter()
-            if self._rest_at is not None and self._rest_at <= now:
-                self._rest_at = None
-                self.client.notify("draftline/cursor", {"textDocument": {"uri": self.uri}, "position": {
-                    "line": len(self.screen.lines) - 1, "character": 0}})
             if self._ask_at is not None and self._ask_at <= now:
                 self._ask_at = None
                 self._ask()
@@ -144,7 +139,7 @@ class DraftlineEditor:
                 if (note["position"]["line"], note["position"]["character"]) == \
                         (len(self.screen.lines) - 1, utf16_units(self.screen.lines[-1])):
                     self._ask_at = min(self._ask_at or now + NEOVIM_DEBOUNCE_S, now + NEOVIM_DEBOUNCE_S)
-            wake = min(until, self._ask_at or until, self._rest_at or until)
+            wake = min(until, self._ask_at or until)
             if now >= until:
                 return
             self.client.wait_any(max(0.0, min(wake - now, 0.05)))

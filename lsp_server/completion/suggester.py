@@ -184,11 +184,16 @@ class Suggester:
         return prompt, full
 
     def prefill(self, plan: Plan, settings: Settings, cancel: threading.Event) -> bool:
-        """Prefill the full window's prompt for `plan` ahead of a request (call on the model
-        thread), so that the request finds it cached instead of getting a cold window. False
-        where `cancel` stopped it first."""
+        """Prefill for `plan` ahead of a request (call on the model thread): where the full window
+        would not be ready in time, the window a request there would get now and then, in
+        another of the engine's caches, the full one. A request on the next line, however soon,
+        then grows a window whose start is cached (the first pause in a file just opened has
+        something to grow from), and the full one takes over once whole. An engine with one
+        cache gets the full window alone. False where `cancel` stopped it first."""
         prompt, full = self.prompt_for(plan.cursor, self.context_for(plan, settings), plan.path, settings)
-        self.engine.prefill(self.engine.prompt_tokens(full or prompt), cancel)
+        prompts = (prompt,) if full is None else (prompt, full) if self.engine.completion_caches > 1 else (full,)
+        for tokens in prompts:
+            self.engine.prefill(self.engine.prompt_tokens(tokens), cancel)
         return not cancel.is_set()
 
     def generate(self, plan: Plan, settings: Settings, cancel: threading.Event, sampling: Sampling = Sampling(),

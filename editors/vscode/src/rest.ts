@@ -17,7 +17,9 @@ export class CursorRest implements vscode.Disposable {
   constructor(private readonly client: () => LanguageClient | undefined, private readonly delayMs = 200) {
     this.subscriptions = [
       vscode.window.onDidChangeTextEditorSelection((e) => this.later(e.textEditor)),
-      vscode.window.onDidChangeActiveTextEditor((editor) => editor && this.later(editor)),
+      // A file opened or brought to the front: at once, as someone may type within a fraction of a
+      // second, and the server's first window there needs that time.
+      vscode.window.onDidChangeActiveTextEditor((editor) => editor && this.send(editor)),
       vscode.workspace.onDidChangeTextDocument((e) => this.edited.set(e.document.uri.toString(), Date.now())),
     ];
   }
