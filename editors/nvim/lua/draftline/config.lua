@@ -26,7 +26,7 @@ M.defaults = {
     keymaps = { accept = '<Tab>', dismiss = '<Esc>' },
   },
   -- The server prefills the window where the cursor has rested this long on a new line (normal
-  -- mode, or on opening a file), before the first request there.
+  -- mode), or at once on opening or entering a file, before the first request there.
   rest_ms = 200,
   -- Neovim 0.11 only (0.12 uses its native inline completion, which debounces 200 ms itself).
   debounce_ms = 150,
