@@ -1,6 +1,7 @@
 """Which job cancels which on the model thread (lsp_server/serving/scheduler.py): requests cancel every
-background job, a next-edit prediction cancels idle prefills but no suggestion, and idle work
-cancels only its own document's job."""
+background job, a next-edit prediction cancels idle prefills but no suggestion, idle work
+cancels only its own document's job, a cursor at rest elsewhere stands idle work down, and a
+closed document's job stops."""
 import asyncio
 import threading
 
@@ -65,4 +66,25 @@ async def test_idle_work_cancels_only_its_own_documents_job():
     assert edit.cancel.is_set()  # the same key: replaced
     assert await asyncio.wait_for(mine.future, 5) == "again"
     assert await asyncio.wait_for(other.future, 5) == "prefilled"
+    scheduler.shutdown()
+
+
+async def test_a_cursor_at_rest_elsewhere_and_a_closed_document_cancel_their_work():
+    """cancel_idle (the cursor rests in another file: the new spot's prefill would queue behind
+    a long prefill for a spot the user left) stops idle work only; cancel stops a closed
+    document's job, whatever its kind."""
+    scheduler, running = Scheduler(), threading.Event()
+    left, _ = scheduler.submit("a.py", "improve", until_cancelled(running), idle=True)
+    await started(running)
+    edit, _ = scheduler.submit("c.py#nextEdit", "edit", done("edit"), background=True)
+    scheduler.cancel_idle()
+    assert left.cancel.is_set() and not edit.cancel.is_set()
+    assert await asyncio.wait_for(edit.future, 5) == "edit"
+    running.clear()
+    suggestion, _ = scheduler.submit("b.py", "line 1", until_cancelled(running))
+    await started(running)
+    scheduler.cancel("a.py")  # closed long ago: nothing of it is live
+    assert not suggestion.cancel.is_set()
+    scheduler.cancel("b.py")
+    assert await asyncio.wait_for(suggestion.future, 5) == "cancelled"
     scheduler.shutdown()

@@ -105,6 +105,18 @@ class Scheduler:
         work.add_done_callback(settle)
         return job, True
 
+    def cancel(self, key: str) -> None:
+        """Cancel the job for `key`, if any (its document was closed)."""
+        if (job := self._live.get(key)) is not None:
+            job.cancel.set()
+
+    def cancel_idle(self) -> None:
+        """Cancel every idle job: the cursor came to rest elsewhere, and they guessed for spots
+        it has left (queued ahead, the new spot's prefill would wait for them)."""
+        for job in self._live.values():
+            if job.idle:
+                job.cancel.set()
+
     async def wait(self, job: Job, budget_s: float | None) -> Any:
         """The job's result. With a budget, at most `budget_s` after its prefill: past that the
         job goes on in the background and TimeoutError is raised. Raises Superseded when the

@@ -132,6 +132,7 @@ class DraftlineServer(LanguageServer):
         """Forget what was kept for an open document; the workspace's copy of the file, if it
         has one, takes over in the engine."""
         self.typed.forget(uri)
+        self.scheduler.cancel(uri)
         self.next_edits.closed(uri)
         if self.suggester is not None:
             self.suggester.forget(uri)
@@ -228,9 +229,9 @@ class DraftlineServer(LanguageServer):
     def prefetch(self, uri: str, line: int) -> None:
         """The cursor rests on `line`: prefill the full window at its end in the background, so
         that the first request there, or on a new line below it, finds the prompt cached rather
-        than getting a cold window. Any request cancels it within a layer; a suggestion still
-        being written for the document is left alone. While the model loads, the spot is kept for
-        when it is ready."""
+        than getting a cold window. Idle work for other spots stands down; any request cancels it
+        within a layer; a suggestion still being written for the document is left alone. While
+        the model loads, the spot is kept for when it is ready."""
         self._resting = (uri, line)
         self._rests[uri] = self._rests.get(uri, 0) + 1  # an idle prefill for an earlier spot stands down
         doc, suggester, settings = self.documents.get(uri), self.suggester, self.settings
@@ -240,6 +241,7 @@ class DraftlineServer(LanguageServer):
         plan = plan_at(uri, doc.text, line, len(lines[line].encode("utf-16-le")) // 2, settings, doc.name)
         if plan is None:
             return
+        self.scheduler.cancel_idle()
         job, created = self.scheduler.submit(uri, ("prefetch", plan.cursor.prefix),
                                              lambda job: suggester.prefill(plan, settings, job.cancel), idle=True)
         if created:
