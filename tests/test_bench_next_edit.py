@@ -76,15 +76,16 @@ def test_the_next_edit_of_the_same_kind_up_to_max_distance_names_abstracted(tmp_
     assert not changes_only_as(repeated[0].text, repeated[0].text.replace("C1(object)", "C1(Base)"), new["far.py"])
 
 
-def result(due: bool, exact: bool, near: bool = True, shown: bool = True) -> EditResult:
+def result(due: bool, exact: bool, near: bool = True, shown: bool = True, place: int | None = 3) -> EditResult:
     return EditResult("c", due, shown, exact, exact, 1.0, 1.0, 5.0, 10, 3 if due else None, 3 if shown else None,
-                      near, True, 1.0)
+                      near, True, 1.0, place)
 
 
 def test_the_summary_counts_near_far_and_none_due_with_intervals():
-    results = [result(True, True), result(True, False), result(True, True, near=False),
+    results = [result(True, True), result(True, False, place=None), result(True, True, near=False, place=9),
                result(False, True, shown=False), result(False, False)]
     numbers = summarize(results)
+    assert numbers["place_at_the_due_line"]["count"] == 1 and numbers["no_place"]["count"] == 1
     assert numbers["exact"]["near"]["count"] == 1 and numbers["exact"]["near"]["of"] == 2
     assert numbers["exact"]["far"]["share"] == 1.0 and numbers["exact"]["far"]["interval"][1] == 1.0
     low, high = numbers["exact"]["all"]["interval"]

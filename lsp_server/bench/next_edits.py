@@ -58,6 +58,9 @@ class EditResult:
     near: bool  # the edit due lies in the window around the cursor
     one_line: bool  # the edits are each one line into one line
     place_ms: float  # finding the places in the case's file repeated to PLACE_LINES lines
+    # lines from the cursor to the first place the finder gave (the window the model rewrote);
+    # None where none matched and the window around the cursor served
+    place_distance: int | None = None
 
 
 PLACE_LINES = 3_000
@@ -133,9 +136,10 @@ def score_case(engine: CompletionEngine, documents: Documents, case: EditCase, m
     similarity = region_similarity(case.text, after, window_release(case)) if due else float(not prediction.edit)
     stats = prediction.stats
     shown_distance = None if prediction.edit is None else prediction.edit.start.line - case.line
+    found = places(case.text, case.line, list(case.edits))
     return EditResult(case.name, due, prediction.edit is not None, exact, right, similarity, seconds,
                       stats.tokens_per_pass, stats.new_tokens, case.distance, shown_distance, case.near,
-                      case.one_line, place_ms(case))
+                      case.one_line, place_ms(case), found[0] - case.line if found else None)
 
 
 def place_ms(case: EditCase) -> float:
@@ -165,6 +169,9 @@ def summarize(results: list[EditResult]) -> dict:
         "edit_similarity": statistics.mean(r.similarity for r in due) if due else None,
         "exact": {name: share(sum(r.exact for r in group), len(group)) for name, group in groups.items()},
         "at_the_due_line": share(sum(r.shown_distance == r.due_distance for r in due), len(due)),
+        # where the finder pointed: whether a miss is the place's or the model's
+        "place_at_the_due_line": share(sum(r.place_distance == r.due_distance for r in due), len(due)),
+        "no_place": share(sum(r.place_distance is None for r in due), len(due)),
         "no_edit_due_cases": len(none_due),
         "shown_when_none_due": sum(r.shown for r in none_due) / len(none_due) if none_due else None,
         "shown_none_due": share(sum(r.shown for r in none_due), len(none_due)),
@@ -213,7 +220,8 @@ def format_summary(numbers: dict) -> str:
     places = numbers["place_ms"] or {"p50": 0, "max": 0, "lines_at_least": PLACE_LINES}
     return (f"next edit: {numbers['repeated_cases']} repeated-edit cases, exact {_share(exact['all'])}: near the "
             f"cursor {_share(exact['near'])}, up to 60 lines away {_share(exact['far'])}, one-line edits "
-            f"{_share(exact['one_line'])}; at the due line {_share(numbers['at_the_due_line'])}; an edit the "
+            f"{_share(exact['one_line'])}; at the due line {_share(numbers['at_the_due_line'])}, the place found "
+            f"there {_share(numbers['place_at_the_due_line'])}, none found {_share(numbers['no_place'])}; an edit the "
             f"release makes {_pct(numbers['right_edit'])}, edit similarity {numbers['edit_similarity'] or 0:.2f}\n"
             f"no edit due: an edit shown in {_share(numbers['shown_none_due'])}\n"
             f"p50 {numbers['p50_s'] or 0:.1f} s; {numbers['tokens_per_target_pass'] or 0:.2f} tokens per target pass; "
