@@ -282,3 +282,22 @@ def test_prefill_rate_is_prompt_tokens_over_cold_less_warm_time():
 
     runs = [run(0, 100, False), run(0, 600, True), run(1, 50, False), run(1, 550, True)]
     assert prefill_rates(runs, [300, 200]) == {"ar": 500.0}  # 500 tokens in 1 s
+
+
+@end_to_end
+def test_cross_file_pauses_ask_the_server_with_its_workspace_and_with_the_file_alone(repo, tmp_path):
+    """--pause-lines cross-file --pause-contenders draftline,draftline-alone: the same pauses, at
+    lines using a name another file defines, for our server given the workspace and given none."""
+    rc, _, err = _bench(str(repo), "--model", SMALL, "--threads", "2", "--tasks", "0", "--pauses", "2",
+                        "--pause-lines", "cross-file", "--pause-contenders", "draftline,draftline-alone",
+                        "--pause-s", "1", "--key-ms", "0", "--json", str(tmp_path / "bench.json"))
+    assert rc == 0, err
+    pauses = json.loads((tmp_path / "bench.json").read_text())["pauses"]
+    assert set(pauses["summary"]) == set(pauses["server_counters"]) == {"draftline", "draftline-alone"}
+    units = {n.name for n in outline((repo / "src" / "units.py").read_text(), True).definitions}
+    for name in pauses["summary"]:
+        runs = [r for r in pauses["runs"] if r["contender"] == name]
+        assert len(runs) == 2 and all(r["first_in_file"] for r in runs)
+        assert all(r["path"].endswith("test_units.py") and units & set(re.findall(r"\w+", r["expected"]))
+                   for r in runs)
+    assert pauses["pause_lines"] == "cross-file"

@@ -3,7 +3,8 @@ what a screen shows as keys come and answers arrive, and how pauses are scored."
 import math
 
 from lsp_server.bench.pause_editors import Screen
-from lsp_server.bench.pauses import Pause, User, summarize, wilson
+from lsp_server.bench.pauses import Pause, User, cross_file_walks, summarize, wilson
+from lsp_server.bench.sources import find_sources
 
 
 def test_an_answer_is_shown_only_for_the_text_it_was_asked_for():
@@ -57,3 +58,23 @@ def test_summary_counts_by_moment_and_splits_first_pauses_from_later_ones():
     assert numbers["first_in_file"]["pauses"] == 1 and numbers["first_in_file"]["right_by_1.5s"]["count"] == 0
     assert numbers["later_in_file"]["right_by_2s"]["count"] == 1
     assert numbers["p50_s"] == 0.3 and numbers["p90_s"] == 1.8
+
+
+def test_cross_file_pauses_are_lines_using_another_files_names_one_per_walk(tmp_path):
+    """Each walk opens its file just before a line that uses a name another file defines; the
+    files are taken in turn, so two files give alternating walks."""
+    shapes = tmp_path / "shapes.py"
+    shapes.write_text("class Widget:\n    pass\n\n\ndef make_widget(size):\n    return Widget()\n")
+    users = []
+    for name in ("first.py", "second.py"):
+        body = [f"value_{i} = {i} * 2" for i in range(25)]
+        body[21] = "widget = make_widget(value_3)"
+        body[23] = "other = Widget()"
+        (tmp_path / name).write_text("\n".join(body) + "\n")
+        users.append(tmp_path / name)
+    sources = find_sources([tmp_path]).files
+    chosen = cross_file_walks(sources, 3, seed=0)
+    assert len(chosen) == 3 and all(w.pauses == [w.first] for w in chosen)
+    assert {w.path for w in chosen} == set(users) and chosen[0].path != chosen[1].path
+    assert all(w.lines[w.first].strip() in ("widget = make_widget(value_3)", "other = Widget()") for w in chosen)
+    assert cross_file_walks(sources, 3, seed=0) == chosen

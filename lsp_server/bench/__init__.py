@@ -26,7 +26,7 @@ from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwid
 from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
 from lsp_server.bench.lsp_client import setting
 from lsp_server.bench.pause_editors import DraftlineEditor, LlamaVimEditor
-from lsp_server.bench.pauses import User, format_pauses, run_pauses, walks
+from lsp_server.bench.pauses import User, cross_file_walks, format_pauses, run_pauses, walks
 from lsp_server.bench.pauses import as_json as pauses_json
 from lsp_server.bench.pauses import summarize as summarize_pauses
 from lsp_server.bench.peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
@@ -40,6 +40,7 @@ from lsp_server.engines import open_engine
 from lsp_server.options import add_model_arguments, model_flags, model_settings
 
 REMOTE = "remote"  # the mode of a shared server's runs
+PAUSE_CONTENDERS = ("draftline", "draftline-alone", "llama-server")
 
 
 def add_parser(sub) -> None:
@@ -74,6 +75,13 @@ def add_parser(sub) -> None:
     p.add_argument("--key-ms", type=float, default=120, help="with --pauses: time between keys (default 120)")
     p.add_argument("--read-s", type=float, default=0.0,
                    help="with --pauses: time between opening a file and its first key (default 0)")
+    p.add_argument("--pause-lines", choices=("all", "cross-file"), default="all",
+                   help="with --pauses: 4 pauses per file at lines of code as they come (all, the default), or "
+                        "one pause per walk at a line using a name another file defines, the file opened just "
+                        "before it (cross-file: what the repository context is for)")
+    p.add_argument("--pause-contenders", default="draftline,llama-server", type=_pause_contenders,
+                   help=f"with --pauses: comma-separated, from {','.join(PAUSE_CONTENDERS)} (draftline-alone: "
+                        "our server given no workspace, the file alone); default draftline,llama-server")
     p.add_argument("--setting", action="append", default=[], type=setting, metavar="KEY=JSON",
                    help="with --pauses: a setting the editor sends our stdio server, e.g. --setting coldPrefillMs=0")
     p.add_argument("--context", choices=("repo", "none", "both"), default="both",
@@ -91,6 +99,14 @@ def add_parser(sub) -> None:
                         "of 1-16 tokens against them (lsp_server/bench/kernels.py)")
     p.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     p.add_argument("--plot", type=Path, default=None, help="draw latency per mode to this .png")
+
+
+def _pause_contenders(text: str) -> list[str]:
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in PAUSE_CONTENDERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: give names from {','.join(PAUSE_CONTENDERS)}")
+    return list(dict.fromkeys(names))
 
 
 def _fail(message: str) -> SystemExit:
@@ -180,36 +196,42 @@ def _draft_path(args: argparse.Namespace) -> Path | None:
 
 
 def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> dict:
-    """The pause replay (pauses.py): our server, and llama-server where it can run."""
-    chosen = walks(files, args.pauses, args.seed)
+    """The pause replay (pauses.py): our server, with the workspace and without it, and
+    llama-server where it can run, as --pause-contenders names them."""
+    pick = cross_file_walks if args.pause_lines == "cross-file" else walks
+    chosen = pick(files, args.pauses, args.seed)
     user = _user(args)
     if not chosen:
-        raise _fail("--pauses needs files of at least 60 lines")
+        raise _fail("--pauses needs files of at least 60 lines" if args.pause_lines == "all"
+                    else "--pause-lines cross-file found no line using a name another file defines")
     root = Path(os.path.commonpath([str(w.path.resolve().parent) for w in chosen]))
-    editors = [DraftlineEditor([sys.executable, "-m", "lsp_server.cli", "--stdio", *model_flags(args)], root,
-                               dict(args.setting))]
-    server = None
+    server_cmd = [sys.executable, "-m", "lsp_server.cli", "--stdio", *model_flags(args)]
+    editors, server = [], None
     try:
-        check_peer("llama-server", model_path, None)
-        server = LlamaServer(model_path, len(os.sched_getaffinity(0)))
-        editors.append(LlamaVimEditor(server))
-    except (PeerUnavailable, ServerUnavailable) as exc:
-        _say(f"pauses without llama-server: {exc}")
-        if server is not None:
-            server.close()
-            server = None
-    try:
+        for name in args.pause_contenders:
+            if name == "llama-server":
+                try:
+                    check_peer("llama-server", model_path, None)
+                    server = LlamaServer(model_path, len(os.sched_getaffinity(0)))
+                    editors.append(LlamaVimEditor(server))
+                except (PeerUnavailable, ServerUnavailable) as exc:
+                    _say(f"pauses without llama-server: {exc}")
+            else:
+                editors.append(DraftlineEditor(server_cmd, root if name == "draftline" else None,
+                                               dict(args.setting), name))
         pauses = run_pauses(editors, chosen, user)
-        counters = editors[0].stats()
+        counters = {e.name: e.stats() for e in editors if isinstance(e, DraftlineEditor)}
     finally:
-        editors[0].stop()
+        for editor in editors:
+            editor.stop()
         if server is not None:
             server.close()
     summary = summarize_pauses(pauses, user)
-    summary["draftline"]["window_tokens"] = counters.get("windowTokens")
+    for name, numbers in counters.items():
+        summary[name]["window_tokens"] = numbers.get("windowTokens")
     return {"summary": summary, "runs": pauses_json(pauses), "server_counters": counters,
             "files": [str(w.path) for w in chosen], "user": dataclasses.asdict(user),
-            "server_settings": dict(args.setting)}
+            "server_settings": dict(args.setting), "pause_lines": args.pause_lines}
 
 
 def _user(args: argparse.Namespace) -> User:

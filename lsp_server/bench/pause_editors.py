@@ -69,16 +69,19 @@ class Screen:
 
 class DraftlineEditor:
     """Our server over stdio, as Neovim 0.12's native inline completion and our plugin drive it."""
-    name = "draftline"
 
-    def __init__(self, server_cmd: list[str], root: Path, settings: dict | None = None):
-        """`settings`: what the editor sends as initializationOptions (none: the server's own)."""
+    def __init__(self, server_cmd: list[str], root: Path | None, settings: dict | None = None,
+                 name: str = "draftline"):
+        """`root`: the workspace folder (None: no workspace, the file alone, as an editor opened on
+        one file has it). `settings`: what the editor sends as initializationOptions (none: the
+        server's own)."""
+        self.name = name
         self.client = Client(server_cmd)
         self.ids = iter(range(1, 1 << 30))
+        folders = [] if root is None else [{"uri": root.resolve().as_uri(), "name": root.name}]
         self.client.request(next(self.ids), "initialize", {
-            "processId": None, "rootUri": root.resolve().as_uri(), "capabilities": {},
-            "initializationOptions": settings or {},
-            "workspaceFolders": [{"uri": root.resolve().as_uri(), "name": root.name}]})
+            "processId": None, "rootUri": folders[0]["uri"] if folders else None, "capabilities": {},
+            "initializationOptions": settings or {}, "workspaceFolders": folders or None})
         self.client.notify("initialized", {})
         status = self.client.wait_status(("ready", "error"))
         if status.get("state") != "ready":

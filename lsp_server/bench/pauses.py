@@ -23,13 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from lsp_server.bench.quality import string_lines
+from lsp_server.bench.quality import lines_by_workload, string_lines
 from lsp_server.bench.sources import SourceFile
 
 PAUSES_PER_FILE = 4
 MOMENTS_S = (0.5, 1.0, 1.5, 2.0, 4.0, 8.0)  # into a pause, where the screen is scored
 WATCH_STEP_S = 0.02  # how often the replay looks at the screen during a pause
 MIN_CODE_CHARS = 6  # `else:`, `pass`, `}` say little
+CROSS_FILE_MIN_LINE = 20  # a cross-file pause has some of its file above it
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,32 @@ def walks(sources: list[SourceFile], count: int, seed: int) -> list[Walk]:
         code = [i for i in range(first, len(lines)) if _is_code(lines[i]) and i not in prose]
         n = min(PAUSES_PER_FILE, count - len(chosen) * PAUSES_PER_FILE)
         chosen.append(Walk(source.path, lines, first, code[:n]))
+    return chosen
+
+
+def cross_file_walks(sources: list[SourceFile], count: int, seed: int) -> list[Walk]:
+    """`count` walks of one pause each, at a line of code that uses a name another file defines
+    (quality.lines_by_workload), at least CROSS_FILE_MIN_LINE lines in: the file is opened just
+    before the line, so the pause is the first in the file. Files are taken in turn, one line
+    each, so the lines spread over as many files as there are; the same for the same seed and files."""
+    rng = random.Random(f"{seed}:cross-file pauses")
+    per_file: dict[Path, list[int]] = {}
+    texts = {}
+    for source, number in lines_by_workload(sources)["cross-file"]:
+        lines = source.text.split("\n")
+        if number >= CROSS_FILE_MIN_LINE and _is_code(lines[number]):
+            per_file.setdefault(source.path, []).append(number)
+            texts[source.path] = lines
+    files = sorted(per_file, key=str)
+    rng.shuffle(files)
+    for path in files:
+        rng.shuffle(per_file[path])
+    chosen: list[Walk] = []
+    while len(chosen) < count and any(per_file.values()):
+        for path in files:
+            if per_file[path] and len(chosen) < count:
+                number = per_file[path].pop()
+                chosen.append(Walk(path, texts[path], number, [number]))
     return chosen
 
 
@@ -128,6 +155,8 @@ def replay(editor, walk: Walk, user: User) -> list[Pause]:
         editor.type("\n" + indent)
         if number in walk.pauses:
             results.append(_pause(editor, walk, number, user))
+            if number == walk.pauses[-1]:
+                break  # the rest of the line changes nothing scored
         else:
             editor.step(time.perf_counter() + user.key_s)
         for character in target[len(indent):]:

@@ -88,10 +88,9 @@ def string_lines(source: SourceFile) -> set[int]:
             for n in range(node.lineno - 1, node.end_lineno)}
 
 
-def line_tasks(sources: list[SourceFile], count: int, seed: int) -> dict[str, list[LineTask]]:
-    """Up to `count` lines of code (not comments or imports) per workload, the same for the
-    same seed and files: cross-file lines use a name another file defines, in-file ones not."""
-    rng = random.Random(f"{seed}:quality")
+def lines_by_workload(sources: list[SourceFile]) -> dict[str, list[tuple[SourceFile, int]]]:
+    """Every line of code (not comments, imports or docstrings) as (file, 0-based line) per
+    workload: cross-file lines use a name another file defines, in-file ones not."""
     where = _defined_elsewhere(sources)
     candidates: dict[str, list] = {w: [] for w in WORKLOADS}
     for source in sources:
@@ -106,8 +105,15 @@ def line_tasks(sources: list[SourceFile], count: int, seed: int) -> dict[str, li
             names = set(_WORD.findall(code)) - COMMON_NAMES - own
             cross = any(where.get(name, set()) - {source.path} for name in names)
             candidates["cross-file" if cross else "in-file"].append((source, number))
+    return candidates
+
+
+def line_tasks(sources: list[SourceFile], count: int, seed: int) -> dict[str, list[LineTask]]:
+    """Up to `count` lines of each workload (lines_by_workload), the same for the same seed and
+    files."""
+    rng = random.Random(f"{seed}:quality")
     tasks = {}
-    for workload, found in candidates.items():
+    for workload, found in lines_by_workload(sources).items():
         tasks[workload] = []
         for source, number in rng.sample(found, min(count, len(found))):
             lines = source.text.split("\n")
