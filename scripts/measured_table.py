@@ -73,6 +73,11 @@ def command(report: dict, paths: str, draft: str | None) -> str:
         parts += ["--pauses", str(settings["pauses"])]
         user = (report.get("pauses") or {}).get("user", {})
         parts += [f"--pause-s {user['pause_s']:g} --key-ms {user['key_s'] * 1000:g} --read-s {user['read_s']:g}"] if user else []
+        replay = report.get("pauses") or {}
+        if replay.get("pause_lines", "all") != "all":
+            parts += ["--pause-lines", replay["pause_lines"]]
+        if replay.get("contenders", PAUSE_CONTENDERS) != PAUSE_CONTENDERS:
+            parts += ["--pause-contenders", ",".join(replay["contenders"])]
     return " ".join(parts)
 
 
@@ -87,6 +92,9 @@ def prefill_line(report: dict, run: str) -> list[str]:
 
 
 MOMENTS_S = (0.5, 1.0, 1.5, 2.0, 4.0, 8.0)  # bench --pauses scores the screen at these moments of a pause
+PAUSE_CONTENDERS = ["draftline", "llama-server"]  # bench's default --pause-contenders
+EDITOR_LABELS = {"llama-server": "`llama-server` asked as llama.vim asks it",
+                 "draftline-alone": "`draftline-alone` (stdio server, no workspace: the file alone)"}
 
 
 def pause_rows(report: dict, run: str) -> list[str]:
@@ -96,7 +104,7 @@ def pause_rows(report: dict, run: str) -> list[str]:
     pauses = report.get("pauses") or {}
     user = pauses.get("user", {})
     for name, m in pauses.get("summary", {}).items():
-        label = "`llama-server` asked as llama.vim asks it" if name == "llama-server" else f"`{name}` (stdio server)"
+        label = EDITOR_LABELS.get(name, f"`{name}` (stdio server)")
         cells = [_right(m.get(f"right_by_{t:g}s")) for t in MOMENTS_S]
         end = m.get(f"shown_by_{user.get('pause_s', 0):g}s", "-")
         out.append(f"|{run} {label} | {m['pauses']} | " + " | ".join(cells)

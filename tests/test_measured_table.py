@@ -78,6 +78,20 @@ def test_prefill_rates_and_the_pause_replay_are_shown(tmp_path):
     assert rule.count("---") == header.count("|") - 1  # a column rule per column
 
 
+def test_a_cross_file_replay_names_its_lines_and_contenders(tmp_path):
+    path = _report(tmp_path)
+    report = json.loads(path.read_text())
+    report["settings"] |= {"pauses": 4, "tasks_per_workload": 0}
+    pause = {"pauses": 4, "p50_s": 1.0, "p90_s": 2.0}
+    report["pauses"] = {"summary": {"draftline": pause, "draftline-alone": pause},
+                        "user": {"pause_s": 8, "key_s": 0.12, "read_s": 0.0},
+                        "pause_lines": "cross-file", "contenders": ["draftline", "draftline-alone"]}
+    path.write_text(json.dumps(report))
+    text = measured_table.table([path], tmp_path, "/src", None, False)
+    assert "--pause-lines cross-file --pause-contenders draftline,draftline-alone`" in text
+    assert "| `draftline-alone` (stdio server, no workspace: the file alone) | 4 |" in text
+
+
 def test_in_process_peers_are_left_out_or_marked_without_a_ratio(tmp_path):
     path = _report(tmp_path)
     assert "hf-ar`" not in measured_table.table([path], tmp_path, "PATH", None, False).split("|---")[1]

@@ -1,6 +1,8 @@
 """Where the next edit is due (lsp_server/next_edit/places.py): the last edit's old form, names
 abstracted, found where it still stands, nearest first and below before above; the window the
 model rewrites moves there only when no place lies around the cursor."""
+from dataclasses import replace
+
 from lsp_server.next_edit.history import MAX_EDIT_CHARS, Edit, EditHistory
 from lsp_server.next_edit.places import pattern_of, places
 from lsp_server.next_edit.rewrite import WINDOW_LINES, window_at, window_for
@@ -57,9 +59,9 @@ def test_the_window_moves_to_a_place_only_when_none_is_around_the_cursor_and_is_
     text = "\n".join(lines)
     edit = Edit("class A(object):", "class A:", 0)
     moved = window_for(text, 0, [edit])
-    assert moved == window_at(text, 41) and moved.first <= 41 < moved.first + WINDOW_LINES
+    assert moved == replace(window_at(text, 41), place=41) and moved.first <= 41 < moved.first + WINDOW_LINES
     near = "\n".join(["class A:", *filler(4, "x"), "class B(object):", *filler(40, "y")])
-    assert window_for(near, 0, [edit]) == window_at(near, 0)
+    assert window_for(near, 0, [edit]) == replace(window_at(near, 0), place=5)
     assert window_for("\n".join(lines[:41]), 0, [edit]) is None  # its old form stands nowhere: nothing due
     spaces = Edit("x = f( a )", "x = f(a)", 0)  # no old form to look for: the cursor's window
     assert window_for(text, 0, [spaces]) == window_at(text, 0)

@@ -231,7 +231,8 @@ def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> di
         summary[name]["window_tokens"] = numbers.get("windowTokens")
     return {"summary": summary, "runs": pauses_json(pauses), "server_counters": counters,
             "files": [str(w.path) for w in chosen], "user": dataclasses.asdict(user),
-            "server_settings": dict(args.setting), "pause_lines": args.pause_lines}
+            "server_settings": dict(args.setting), "pause_lines": args.pause_lines,
+            "contenders": args.pause_contenders}
 
 
 def _user(args: argparse.Namespace) -> User:

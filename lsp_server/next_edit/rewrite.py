@@ -23,7 +23,7 @@ from __future__ import annotations
 import difflib
 import functools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from engine.api import EDIT_CACHE, CompletionEngine, Request
@@ -81,6 +81,7 @@ class Prediction:
 class Window:
     first: int  # its first line in the document
     text: str  # whole lines, without the last one's newline
+    place: int | None = None  # the first line where the edits' old form stands (None: none found)
 
 
 def window_at(text: str, line: int) -> Window:
@@ -98,7 +99,8 @@ def window_at(text: str, line: int) -> Window:
 
 def window_for(text: str, line: int, edits: list[Edit]) -> Window | None:
     """The window around the cursor's `line`, unless the edits' old form still stands only
-    outside it: then the window around the nearest such place (below the cursor first). None
+    outside it: then the window around the nearest such place (below the cursor first). Its
+    `place` is the first place in it, where one was found: the lines above are context. None
     when the edits have an old form and it stands nowhere: nothing of their kind is left to do
     (the cursor's window then showed edits where none was due: docs/next_edit.md). Edits with
     no old form to look for (a change of spaces) get the cursor's window."""
@@ -107,9 +109,10 @@ def window_for(text: str, line: int, edits: list[Edit]) -> Window | None:
     found = places(text, line, edits)
     if not found:
         return None if any(pattern_of(edit) for edit in edits) else here
-    if any(here.first <= place < end for place in found):
-        return here
-    return window_at(text, found[0])
+    inside = [place for place in found if here.first <= place < end]
+    if inside:
+        return replace(here, place=min(inside))
+    return replace(window_at(text, found[0]), place=found[0])
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,10 @@ class Shown:
     # changes to them are never proposed (that edit made again, or undone).
     edited: tuple[tuple[int, int], ...]
     undone: tuple[int, int] | None  # the last edit's lines, undone, where it lies inside
+    # The window's first place (where the old form stands), as a line of `text`: the lines
+    # above it are context, and the model's changes there are neither proposed nor taken as its
+    # first change (they would end the rewrite before it reached the place).
+    place: int = 0
 
 
 def shown_window(window: Window, edits: list[Edit]) -> Shown:
@@ -137,11 +144,13 @@ def shown_window(window: Window, edits: list[Edit]) -> Shown:
     shift = 0 if where is None else last.before.count("\n") - last.after.count("\n")
     edited = tuple((a + shift, b + shift) if where and a >= where[1] else (a, b)
                    for a, b in filter(None, map(span, earlier)) if not (where and a < where[1] and b > where[0]))
+    place = 0 if window.place is None else window.place - window.first
     if where is None:
-        return Shown(window.text, edited, None)
+        return Shown(window.text, edited, None, place)
     before = last.before.split("\n")
     undone = (where[0], where[0] + len(before))
-    return Shown("\n".join(lines[:where[0]] + before + lines[where[1]:]), (*edited, undone), undone)
+    return Shown("\n".join(lines[:where[0]] + before + lines[where[1]:]), (*edited, undone), undone,
+                 place + shift if place >= where[1] else place)
 
 
 def _touches(edited: tuple[tuple[int, int], ...], i1: int, i2: int) -> bool:
@@ -169,7 +178,7 @@ def onto_window(shown: Shown, rewrite: str, window: str) -> str:
     shift = len(current) - len(old)
     out, at = [], 0  # `at`: the current window's next line to copy
     for i1, i2, j1, j2 in _line_changes(old, new):
-        if _touches(shown.edited, i1, i2):
+        if _touches(shown.edited, i1, i2) or (i1 < shown.place and i2 <= shown.place):  # the user's; above the place
             continue
         c1, c2 = (i1, i2) if i1 < undone_at else (i1 + shift, i2 + shift)
         out += current[at:c1] + new[j1:j2]
@@ -267,12 +276,13 @@ class Resync:
     resume: int  # the window's lines from here on follow it
 
 
-def first_change_end(window: str, text: str, edited: tuple[tuple[int, int], ...] = ()) -> Resync | None:
+def first_change_end(window: str, text: str, edited: tuple[tuple[int, int], ...] = (),
+                     place: int = 0) -> Resync | None:
     """Once the rewrite `text` has changed the window and then copied RESYNC_LINES of its lines
     again, its first change is made: the rest of the window is taken as it is. Blank lines and
     trailing whitespace aside (keep_layout restores them); a change only to the `edited` lines
-    (the user's own edits) does not count. The earliest such point, so that a longer text never
-    undoes it."""
+    (the user's own edits) or wholly above line `place` does not count. The earliest such point,
+    so that a longer text never undoes it."""
     old = _text_lines(window.split("\n"))
     lines = text.split("\n")[:-1]  # the complete lines
     new = _text_lines(lines)
@@ -284,19 +294,20 @@ def first_change_end(window: str, text: str, edited: tuple[tuple[int, int], ...]
         if resync is None:
             return None
         n, j = resync
-        if not _only_edited(old, i, j, window.count("\n") + 1, edited):
+        if not _held(old, i, j, window.count("\n") + 1, edited, place):
             last = new[n - 1][0]  # the raw line that completed the copied lines
             return Resync(sum(len(line) + 1 for line in lines[:last + 1]), old[j + RESYNC_LINES - 1][0] + 1)
         k, i = n, j + RESYNC_LINES
 
 
-def _only_edited(old: list[tuple[int, str]], i: int, j: int, lines: int, edited: tuple[tuple[int, int], ...]) -> bool:
+def _held(old: list[tuple[int, str]], i: int, j: int, lines: int, edited: tuple[tuple[int, int], ...],
+          place: int) -> bool:
     """Whether the change of the window's text lines old[i:j] (an insertion before old[i] when
-    j == i) lies within one of the `edited` line spans."""
+    j == i) lies within one of the `edited` line spans, or wholly above line `place`."""
     if j == i:
         at = old[i][0] if i < len(old) else lines
-        return any(first <= at <= end for first, end in edited)
-    return any(first <= old[i][0] and old[j - 1][0] < end for first, end in edited)
+        return at < place or any(first <= at <= end for first, end in edited)
+    return old[j - 1][0] < place or any(first <= old[i][0] and old[j - 1][0] < end for first, end in edited)
 
 
 def _resync(old: list[tuple[int, str]], new: list[tuple[int, str]], k: int, i: int) -> tuple[int, int] | None:
@@ -315,7 +326,7 @@ def _rewrite_stop(shown: Shown):
     other than the user's own edit made again."""
     def stop(text: str) -> int | None:
         fence = _closing_fence(text)
-        resync = first_change_end(shown.text, text, shown.edited)
+        resync = first_change_end(shown.text, text, shown.edited, shown.place)
         if resync is not None and (fence is None or resync.cut <= fence):
             return resync.cut
         return fence
@@ -360,7 +371,7 @@ def predict(engine: CompletionEngine, text: str, line: int, edits: list[Edit], p
     if not finished:
         return Prediction(None, result.stats, None)
     text = result.text.rstrip("\n") if result.stats.stop_reason == "eos" else result.text
-    if (resync := first_change_end(shown.text, text, shown.edited)) is not None:  # the first change made
+    if (resync := first_change_end(shown.text, text, shown.edited, shown.place)) is not None:  # the first change made
         text = text[:resync.cut] + "\n".join(shown.text.split("\n")[resync.resume:])  # the rest as it was
     rewrite = onto_window(shown, keep_layout(shown.text, text.removesuffix("\n")), window.text)
     return Prediction(smallest_edit(window, rewrite), result.stats, rewrite)
