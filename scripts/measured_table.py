@@ -78,6 +78,8 @@ def command(report: dict, paths: str, draft: str | None) -> str:
             parts += ["--pause-lines", replay["pause_lines"]]
         if replay.get("contenders", PAUSE_CONTENDERS) != PAUSE_CONTENDERS:
             parts += ["--pause-contenders", ",".join(replay["contenders"])]
+        if any("whole_window" in m for m in replay.get("summary", {}).values()):
+            parts.append("--whole-window")
     return " ".join(parts)
 
 
@@ -109,6 +111,19 @@ def pause_rows(report: dict, run: str) -> list[str]:
         end = m.get(f"shown_by_{user.get('pause_s', 0):g}s", "-")
         out.append(f"|{run} {label} | {m['pauses']} | " + " | ".join(cells)
                    + f" | {end} | {_seconds(m['p50_s'])} / {_seconds(m['p90_s'])} |")
+    return out
+
+
+def whole_window_lines(report: dict, run: str) -> list[str]:
+    """Per contender asked with its whole window (--whole-window): how often that was right, and
+    how often the screen had it by the pause's end."""
+    out = []
+    for name, m in ((report.get("pauses") or {}).get("summary") or {}).items():
+        if whole := m.get("whole_window"):
+            low, high = whole["interval"]
+            out.append(f"-{run} `{name}` with its whole window, waited for: right at {whole['right']} of "
+                       f"{whole['pauses']} pauses ({whole['right'] / whole['pauses']:.0%}, {low:.0%}-{high:.0%}); "
+                       f"on screen by the pause's end at {whole['right_on_screen_by_the_end']} of those.")
     return out
 
 
@@ -192,6 +207,8 @@ def table(paths: list[Path], relative_to: Path, given_paths: str, draft: str | N
                   "| " + ("run, " if several else "") + "editor | pauses | " + " | ".join(
                       f"right by {t:g} s" for t in MOMENTS_S) + " | shown at the end | to ghost text, p50 / p90 |",
                   "|" + "---|" * (4 + len(MOMENTS_S)), *pauses]
+        whole = [line for i, r in enumerate(reports, 1) for line in whole_window_lines(r, f" [{i}]" if several else "")]
+        lines += ["", *whole] if whole else []
     peers = sorted({m for r in reports for m in r["settings"]["modes"] if m in IN_PROCESS_PEERS})
     if peers:
         lines.append(f"In-process peers ({', '.join(peers)}) ran inside bench's process, under the "

@@ -286,13 +286,17 @@ def test_prefill_rate_is_prompt_tokens_over_cold_less_warm_time():
 
 @end_to_end
 def test_cross_file_pauses_ask_the_server_with_its_workspace_and_with_the_file_alone(repo, tmp_path):
-    """--pause-lines cross-file --pause-contenders draftline,draftline-alone: the same pauses, at
-    lines using a name another file defines, for our server given the workspace and given none."""
+    """--pause-lines cross-file --pause-contenders draftline,draftline-alone --whole-window: the
+    same pauses, at lines using a name another file defines, for our server given the workspace
+    and given none, each then asked again with its whole window."""
     rc, _, err = _bench(str(repo), "--model", SMALL, "--threads", "2", "--tasks", "0", "--pauses", "2",
                         "--pause-lines", "cross-file", "--pause-contenders", "draftline,draftline-alone",
-                        "--pause-s", "1", "--key-ms", "0", "--json", str(tmp_path / "bench.json"))
+                        "--pause-s", "1", "--key-ms", "0", "--whole-window", "--json", str(tmp_path / "bench.json"))
     assert rc == 0, err
     pauses = json.loads((tmp_path / "bench.json").read_text())["pauses"]
+    for name, numbers in pauses["summary"].items():  # asked again, waited for, with the whole window
+        assert numbers["whole_window"]["pauses"] == 2
+        assert all(isinstance(r["whole_window"], str) for r in pauses["runs"] if r["contender"] == name)
     assert set(pauses["summary"]) == set(pauses["server_counters"]) == {"draftline", "draftline-alone"}
     units = {n.name for n in outline((repo / "src" / "units.py").read_text(), True).definitions}
     for name in pauses["summary"]:

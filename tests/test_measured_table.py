@@ -82,13 +82,16 @@ def test_a_cross_file_replay_names_its_lines_and_contenders(tmp_path):
     path = _report(tmp_path)
     report = json.loads(path.read_text())
     report["settings"] |= {"pauses": 4, "tasks_per_workload": 0}
-    pause = {"pauses": 4, "p50_s": 1.0, "p90_s": 2.0}
+    pause = {"pauses": 4, "p50_s": 1.0, "p90_s": 2.0,
+             "whole_window": {"pauses": 4, "right": 2, "interval": [0.15, 0.85], "right_on_screen_by_the_end": 1}}
     report["pauses"] = {"summary": {"draftline": pause, "draftline-alone": pause},
                         "user": {"pause_s": 8, "key_s": 0.12, "read_s": 0.0},
                         "pause_lines": "cross-file", "contenders": ["draftline", "draftline-alone"]}
     path.write_text(json.dumps(report))
     text = measured_table.table([path], tmp_path, "/src", None, False)
-    assert "--pause-lines cross-file --pause-contenders draftline,draftline-alone`" in text
+    assert "--pause-lines cross-file --pause-contenders draftline,draftline-alone --whole-window`" in text
+    assert ("- `draftline-alone` with its whole window, waited for: right at 2 of 4 pauses (50%, 15%-85%); "
+            "on screen by the pause's end at 1 of those.") in text
     assert "| `draftline-alone` (stdio server, no workspace: the file alone) | 4 |" in text
 
 

@@ -78,3 +78,15 @@ def test_cross_file_pauses_are_lines_using_another_files_names_one_per_walk(tmp_
     assert {w.path for w in chosen} == set(users) and chosen[0].path != chosen[1].path
     assert all(w.lines[w.first].strip() in ("widget = make_widget(value_3)", "other = Widget()") for w in chosen)
     assert cross_file_walks(sources, 3, seed=0) == chosen
+
+
+def test_the_whole_windows_answers_are_counted_beside_the_screen():
+    """Right with the whole window (asked again, waited for), and of those, right on screen by
+    the pause's end."""
+    user = User(pause_s=2.0)
+    pauses = [Pause("d", "f.py", 1, "a = 1", True, [(0.0, ""), (1.0, "a = 1")], whole_window="a = 1"),
+              Pause("d", "f.py", 2, "b = 2", False, [(0.0, "")], whole_window="b = 2"),
+              Pause("d", "f.py", 3, "c = 3", False, [(0.0, "c = 3")], whole_window="c = 4")]
+    whole = summarize(pauses, user)["d"]["whole_window"]
+    assert (whole["pauses"], whole["right"], whole["right_on_screen_by_the_end"]) == (3, 2, 1)
+    assert "whole_window" not in summarize([Pause("d", "f.py", 1, "x", True, [(0.0, "")])], user)["d"]

@@ -26,7 +26,7 @@ from lsp_server.bench.machine import copy_bandwidth_gb_s, cpu_name, read_bandwid
 from lsp_server.bench.llama_server import LlamaServer, ServerUnavailable
 from lsp_server.bench.lsp_client import setting
 from lsp_server.bench.pause_editors import DraftlineEditor, LlamaVimEditor
-from lsp_server.bench.pauses import User, cross_file_walks, format_pauses, run_pauses, walks
+from lsp_server.bench.pauses import User, ask_whole_windows, cross_file_walks, format_pauses, run_pauses, walks
 from lsp_server.bench.pauses import as_json as pauses_json
 from lsp_server.bench.pauses import summarize as summarize_pauses
 from lsp_server.bench.peers import HF_LOOKUP_TOKENS, PEER_MODES, PeerUnavailable, check_peer, load_peers
@@ -82,6 +82,9 @@ def add_parser(sub) -> None:
     p.add_argument("--pause-contenders", default="draftline,llama-server", type=_pause_contenders,
                    help=f"with --pauses: comma-separated, from {','.join(PAUSE_CONTENDERS)} (draftline-alone: "
                         "our server given no workspace, the file alone); default draftline,llama-server")
+    p.add_argument("--whole-window", action="store_true",
+                   help="with --pauses: also ask our server at each pause, after the replay, for what its whole "
+                        "window suggests there (coldPrefillMs 0, the answer waited for): what the screen could show")
     p.add_argument("--setting", action="append", default=[], type=setting, metavar="KEY=JSON",
                    help="with --pauses: a setting the editor sends our stdio server, e.g. --setting coldPrefillMs=0")
     p.add_argument("--context", choices=("repo", "none", "both"), default="both",
@@ -206,6 +209,10 @@ def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> di
                     else "--pause-lines cross-file found no line using a name another file defines")
     root = Path(os.path.commonpath([str(w.path.resolve().parent) for w in chosen]))
     server_cmd = [sys.executable, "-m", "lsp_server.cli", "--stdio", *model_flags(args)]
+
+    def ours(name: str, settings: dict) -> DraftlineEditor:  # draftline-alone: no workspace
+        return DraftlineEditor(server_cmd, root if name == "draftline" else None, settings, name)
+
     editors, server = [], None
     try:
         for name in args.pause_contenders:
@@ -217,8 +224,7 @@ def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> di
                 except (PeerUnavailable, ServerUnavailable) as exc:
                     _say(f"pauses without llama-server: {exc}")
             else:
-                editors.append(DraftlineEditor(server_cmd, root if name == "draftline" else None,
-                                               dict(args.setting), name))
+                editors.append(ours(name, dict(args.setting)))
         pauses = run_pauses(editors, chosen, user)
         counters = {e.name: e.stats() for e in editors if isinstance(e, DraftlineEditor)}
     finally:
@@ -226,6 +232,13 @@ def _pause_replay(args: argparse.Namespace, files: list, model_path: Path) -> di
             editor.stop()
         if server is not None:
             server.close()
+    if args.whole_window:
+        for name in counters:
+            whole = ours(name, dict(args.setting) | {"coldPrefillMs": 0})
+            try:
+                ask_whole_windows(whole, [p for p in pauses if p.contender == name], chosen)
+            finally:
+                whole.stop()
     summary = summarize_pauses(pauses, user)
     for name, numbers in counters.items():
         summary[name]["window_tokens"] = numbers.get("windowTokens")

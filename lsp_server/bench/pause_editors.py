@@ -155,6 +155,19 @@ class DraftlineEditor:
             "context": {"triggerKind": 2}})
         self._waiting[msg_id] = self.screen.version
 
+    def answer(self, uri: str, text: str, timeout: float = 600) -> str:
+        """The server's suggestion at the end of document `text`, waited for (the editor's screen
+        and clock play no part): the document is opened, asked about and closed."""
+        self.open(uri, text)
+        line = text.count("\n")
+        reply = self.client.request(next(self.ids), "textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri}, "position": {"line": line, "character": utf16_units(self.screen.lines[-1])},
+            "context": {"triggerKind": 1}}, timeout)
+        self.close()
+        items = (reply.get("result") or {}).get("items") or []
+        text = items[0]["insertText"] if items else ""
+        return text[len(self.screen.lines[-1]):] if text.startswith(self.screen.lines[-1]) else ""
+
     def stats(self) -> dict:
         return self.client.request(next(self.ids), "workspace/executeCommand", {"command": "draftline.stats"})["result"]
 

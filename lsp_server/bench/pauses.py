@@ -125,6 +125,9 @@ class Pause:
     # What the screen showed: (seconds into the pause, the ghost text's first line) at the pause's
     # start and at every change; "" for nothing.
     screen: list[tuple[float, str]] = field(default_factory=list)
+    # The first line our server suggests here with its whole window, waited for (--whole-window);
+    # None where not asked.
+    whole_window: str | None = None
 
     def shown_at(self, t: float) -> str:
         current = ""
@@ -180,6 +183,20 @@ def _pause(editor, walk: Walk, number: int, user: User) -> Pause:
     return pause
 
 
+def ask_whole_windows(editor, pauses: list[Pause], chosen: list[Walk]) -> None:
+    """Set each pause's `whole_window`: what `editor` (ours, given coldPrefillMs 0) suggests for
+    the same text as at the pause, with the time to use its whole window."""
+    files = {str(walk.path): walk.lines for walk in chosen}
+    answers: dict[tuple[str, int], str] = {}
+    for pause in pauses:
+        if (pause.path, pause.line) not in answers:
+            lines = files[pause.path]
+            text = "\n".join(lines[:pause.line] + [_indent(lines[pause.line])])
+            print(f"lsp_server bench: whole window {Path(pause.path).name}:{pause.line + 1}", file=sys.stderr)
+            answers[(pause.path, pause.line)] = _first_line(editor.answer(Path(pause.path).resolve().as_uri(), text))
+        pause.whole_window = answers[(pause.path, pause.line)]
+
+
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """The 95% Wilson score interval of a proportion."""
     if n == 0:
@@ -212,6 +229,12 @@ def summarize(pauses: list[Pause], user: User) -> dict:
             "first_in_file": _counts([p for p in mine if p.first_in_file], moments),
             "later_in_file": _counts([p for p in mine if not p.first_in_file], moments),
             "p50_s": _percentile(firsts, 50), "p90_s": _percentile(firsts, 90)}
+        asked = [p for p in mine if p.whole_window is not None]
+        if asked:
+            whole = [p for p in asked if p.whole_window == p.expected]
+            out[name]["whole_window"] = {
+                "pauses": len(asked), "right": len(whole), "interval": wilson(len(whole), len(asked)),
+                "right_on_screen_by_the_end": sum(p.right_at(user.pause_s) for p in whole)}
     return out
 
 
@@ -245,6 +268,12 @@ def format_pauses(numbers: dict, user: User) -> str:
             tail = f"{part[f'shown_by_{moments[-1]:g}s']:>8}" + (
                 f"{_seconds(m['p50_s']):>8}{_seconds(m['p90_s']):>8}" if not label else "")
             lines.append(f"{name + label:<19}{part['pauses']:>7}{cells}{tail}")
+    for name, m in numbers.items():
+        if whole := m.get("whole_window"):
+            low, high = whole["interval"]
+            lines.append(f"{name}: right with its whole window, waited for: {whole['right']} of {whole['pauses']} "
+                         f"[{low:.0%}-{high:.0%}]; of those, on screen by the pause's end: "
+                         f"{whole['right_on_screen_by_the_end']}")
     lines.append("(right: counts, share and 95% interval; shown: pauses with ghost text at the end; p50/p90: from "
                  "the pause to ghost text, - where it never came; first/later: the first pause in a file, the others)")
     return "\n".join(lines)
