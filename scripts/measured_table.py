@@ -93,6 +93,19 @@ def prefill_line(report: dict, run: str) -> list[str]:
     return [f"Prefill{run} (cold less warm, prompt tokens per second): " + ", ".join(cells) + "."]
 
 
+def floor_line(report: dict, run: str) -> list[str]:
+    """Plain decoding's share of the read floor: the weights `ar` read per second against what
+    this machine reads (bench's memory probe)."""
+    read = report["machine"].get("read_bandwidth_gb_s")
+    rates = [w["modes"]["ar"].get("bandwidth_gb_s") for w in report.get("workloads", {}).values() if "ar" in w["modes"]]
+    rates = [r for r in rates if r]
+    if not read or not rates:
+        return []
+    return [f"Plain decoding{run} (`ar`, warm) read its weights at {min(rates):.1f}-{max(rates):.1f} GB/s: "
+            f"{min(rates) / read:.0%}-{max(rates) / read:.0%} of this machine's read rate ({read:.1f} GB/s), the floor "
+            "a one-token pass cannot beat."]
+
+
 MOMENTS_S = (0.5, 1.0, 1.5, 2.0, 4.0, 8.0)  # bench --pauses scores the screen at these moments of a pause
 PAUSE_CONTENDERS = ["draftline", "llama-server"]  # bench's default --pause-contenders
 EDITOR_LABELS = {"llama-server": "`llama-server` asked as llama.vim asks it",
@@ -199,6 +212,7 @@ def table(paths: list[Path], relative_to: Path, given_paths: str, draft: str | N
               "completions token for token equal to plain decoding's (the lowest over the workloads)."]
     for i, report in enumerate(reports, 1):
         lines += prefill_line(report, f" [{i}]" if several else "")
+        lines += floor_line(report, f" [{i}]" if several else "")
     pauses = [row for i, r in enumerate(reports, 1) for row in pause_rows(r, f" [{i}]" if several else "")]
     if pauses:
         lines += ["", "At a pause in real code (bench `--pauses`: the files written again line by line on one clock "

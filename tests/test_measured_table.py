@@ -115,3 +115,12 @@ def test_write_replaces_only_the_section_and_needs_its_markers(tmp_path):
     target.write_text("no markers\n")
     with pytest.raises(SystemExit, match="measured:start"):
         measured_table.main([str(path), "--write", str(target)])
+
+
+def test_plain_decoding_is_shown_against_the_read_floor(tmp_path):
+    path = _report(tmp_path)
+    report = json.loads(path.read_text())
+    report["workloads"]["fresh"]["modes"]["ar"]["bandwidth_gb_s"] = 7.4
+    path.write_text(json.dumps(report))
+    text = measured_table.table([path], tmp_path, "/src", None, False)
+    assert "read its weights at 7.4-7.4 GB/s: 75%-75% of this machine's read rate (9.9 GB/s)" in text

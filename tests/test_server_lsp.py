@@ -262,8 +262,9 @@ async def test_budget_never_shows_a_fragment_and_finishes_in_background(client: 
 
 async def test_a_cold_answer_is_followed_by_the_full_windows_where_the_user_still_waits(client: LanguageClient):
     """With no time to prefill (coldPrefillMs 1), a new spot is answered from a cold window; once
-    requests pause the server writes the suggestion from the full window, says so where it
-    differs, and the next request there gets it: the same text an unhurried request gets."""
+    requests pause the server writes the suggestion from a wider window (three times as long to
+    prefill: here as cold), then from the full window, says so where it differs, and the next
+    request there gets it: the same text an unhurried request gets."""
     text = "".join(f"def square_{i}(x):\n    return x * x + {i}\n\n\n" for i in range(12)) + "def square_12(x):\n    "
     settings = lambda cold: types.DidChangeConfigurationParams(settings={**OPTIONS, "coldPrefillMs": cold})  # noqa: E731
     client.workspace_did_change_configuration(settings(1))
@@ -286,6 +287,7 @@ async def test_a_cold_answer_is_followed_by_the_full_windows_where_the_user_stil
         settings={**OPTIONS, "coldPrefillMs": Settings().coldPrefillMs}))  # as the other tests have it
     assert after["coldWindows"] == before["coldWindows"] + 1
     assert after["improvedWindows"] == before["improvedWindows"] + 1
+    assert after["widenedWindows"] == before["widenedWindows"] + 1
     assert better is not None and better.items[0].insert_text == unhurried.items[0].insert_text
     said = cold is None or cold.items[0].insert_text != better.items[0].insert_text
     assert len(ready) == said  # told only where the screen changes

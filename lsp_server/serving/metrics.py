@@ -21,6 +21,7 @@ class Metrics:
         self.cold_windows = 0  # answered from a shortened window: the full one would not prefill in time
         self.prefetched = 0  # full windows prefilled where the cursor rested, before a request
         self.improved_windows = 0  # cold answers followed by one from the full window at the same spot
+        self.widened_windows = 0  # cold answers followed by one from a wider window at the same spot
         self.prefetched_next = 0  # suggestions made ahead for the end of a shown one, as if accepted
         self.accepted = 0  # suggestions the client reported as taken whole
         self.partially_accepted = 0  # partial accepts (a word, a line) the client reported
@@ -56,6 +57,7 @@ class Metrics:
         return {"requests": self.requests, "generated": self.generated,
                 "cancelled": self.cancelled, "cacheHits": self.cache_hits, "continued": self.continued,
                 "coldWindows": self.cold_windows, "improvedWindows": self.improved_windows,
+                "widenedWindows": self.widened_windows,
                 "prefetchedNext": self.prefetched_next,
                 "prefetched": self.prefetched,
                 "accepted": self.accepted, "partiallyAccepted": self.partially_accepted,

@@ -38,6 +38,10 @@ SUGGESTION_READY = "draftline/suggestionReady"  # {uri, position}: ask again the
 CURSOR = "draftline/cursor"
 INDEX_DELAY_S = 0.5  # re-index a changed document once typing pauses
 EXTEND_IDLE_S = 0.25  # follow a cold window's answer with the full window's after this long without requests
+# Before the full window, a cold answer is followed by one from a window of this many times
+# coldPrefillMs: on a 2-core CPU the full window takes 15-25 s, longer than most pauses, while
+# three times the cold window is on screen within a pause of a few seconds.
+WIDER_STAGE = 3
 ALTERNATIVE = Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=0)  # for invoked requests
 
 
@@ -253,11 +257,13 @@ class DraftlineServer(LanguageServer):
 
     def _idle_later(self, uri: str, spot: object, work: Callable[[Job], None]) -> None:
         """Run `work` on the model thread as idle work (any request cancels it) once requests for
-        `uri` have paused EXTEND_IDLE_S, unless one came, the cursor moved to rest elsewhere or the
-        model changed meanwhile."""
+        `uri` have paused EXTEND_IDLE_S, unless one came, the cursor moved to rest elsewhere, the
+        document was closed or the model changed meanwhile."""
         arrivals, rests, engine = self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine
 
         def start() -> None:
+            if self.documents.get(uri) is None:
+                return
             if (self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine) == (arrivals, rests, engine):
                 job, _ = self.scheduler.submit(uri, spot, work, idle=True)
                 job.future.add_done_callback(_log_failure)
@@ -266,31 +272,49 @@ class DraftlineServer(LanguageServer):
 
     def _improve_later(self, plan: Plan, position: types.Position, version: int, shown: str,
                        full: str | list[int]) -> None:
-        """A cold window answered at `position` (document `version`): prefill the full window as
-        idle work (its start stays cached for the next request when one cuts it short), and if
-        the document has not changed meanwhile, write the suggestion from it. Where that differs
-        from the one shown, it replaces it in the typed-through cache and the client is told to
-        ask again: the screen gets better while the user waits."""
+        """A cold window answered at `position` (document `version`): as idle work, write the
+        suggestion again from a window WIDER_STAGE times as long to prefill, then prefill the full
+        window (its start stays cached for the next request when one cuts it short) and write it
+        from that, each while the document has not changed. Where an answer differs from the one
+        on screen, it replaces it in the typed-through cache and the client is told to ask again:
+        the screen gets better while the user waits, and again when the full window is ready."""
         engine, suggester, settings, loop = self.engine, self.suggester, self.settings, asyncio.get_running_loop()
+        wider = dataclasses.replace(settings, coldPrefillMs=settings.coldPrefillMs * WIDER_STAGE)
+
+        def unchanged(job: Job) -> bool:
+            doc = self.documents.get(plan.uri)
+            return not job.cancel.is_set() and doc is not None and doc.version == version
 
         def improve(job: Job) -> None:
+            on_screen = shown
+            widened = suggester.generate(plan, wider, job.cancel)
+            if not unchanged(job):
+                return
+            whole = widened.full_prompt is None  # the full window prefilled within the wider stage
+            loop.call_soon_threadsafe(self._improved, plan, position, on_screen, widened.text, whole)
+            if whole:
+                return
+            on_screen = widened.text or on_screen
             engine.prefill(engine.prompt_tokens(full), job.cancel)
-            doc = self.documents.get(plan.uri)
-            if job.cancel.is_set() or doc is None or doc.version != version:
+            if not unchanged(job):
                 return
             better = suggester.generate(plan, settings, job.cancel, whole=True)
             if not job.cancel.is_set():
-                loop.call_soon_threadsafe(self._improved, plan, position, shown, better.text)
+                loop.call_soon_threadsafe(self._improved, plan, position, on_screen, better.text, True)
 
         self._idle_later(plan.uri, ("improve", id(full)), improve)
 
-    def _improved(self, plan: Plan, position: types.Position, shown: str, text: str) -> None:
-        self.metrics.improved_windows += 1
+    def _improved(self, plan: Plan, position: types.Position, shown: str, text: str, whole: bool) -> None:
+        """An answer from a wider window than the one on screen (`whole`: the full one)."""
+        if whole:
+            self.metrics.improved_windows += 1
+        else:
+            self.metrics.widened_windows += 1
         if text and text != shown:
             self.typed.remember(plan.uri, plan.cursor.prefix, plan.cursor.suffix, text)
             self.protocol.notify(SUGGESTION_READY, {"uri": plan.uri, "position": {
                 "line": position.line, "character": position.character}})
-        if text:
+        if text and whole:
             self._idle_later(plan.uri, ("next", plan.cursor.prefix), lambda job: self._next_after(plan, text, job))
 
     def _next_after(self, plan: Plan, text: str, job: Job) -> None:
