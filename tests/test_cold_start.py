@@ -348,6 +348,11 @@ def test_a_cold_spot_gets_a_window_the_machine_prefills_in_about_a_second(fp32_e
     assert len(engine.prompt_tokens(prompt)) <= rate * COLD_PREFILL_S
     assert engine.prefill_seconds(prompt) <= COLD_PREFILL_S
     assert engine.prompt_tokens(prompt)[-5:] == engine.prompt_tokens(full)[-5:]  # same cursor
+    # Widened (the answer that follows a cold one): a window chosen afresh for three times as long
+    wider = Settings(coldPrefillMs=3000 * COLD_PREFILL_S)
+    wide = engine.prompt_tokens(suggester.prompt_for(cursor, [], settings=wider, widen=True)[0])
+    assert len(engine.prompt_tokens(prompt)) < len(wide) <= 3 * rate * COLD_PREFILL_S
+    assert wide[-5:] == engine.prompt_tokens(full)[-5:]
     # coldPrefillMs 0: the full window at once, however long it takes (as llama.vim waits)
     assert suggester.prompt_for(cursor, [], settings=Settings(coldPrefillMs=0)) == (full, None)
     # windowTokens: a shorter window, or a longer one, never past what the model's context leaves

@@ -150,8 +150,8 @@ class Suggester:
         rest = self.budget.suffix_tokens + max(self.budget.repo_tokens, self.budget.snippet_tokens) + PROMPT_MARGIN
         return max(64, min(settings.windowTokens or self._auto_window, self.engine.max_len - settings.maxTokens - rest))
 
-    def prompt_for(self, cursor: Cursor, blocks: list[Block], path: str = "", settings: Settings = Settings()
-                   ) -> tuple[str | list[int], str | list[int] | None]:
+    def prompt_for(self, cursor: Cursor, blocks: list[Block], path: str = "", settings: Settings = Settings(),
+                   widen: bool = False) -> tuple[str | list[int], str | list[int] | None]:
         """The prompt for this request, and the full-window prompt to prefill later when this
         one had to be shortened (None when it is the full one): a cold 2k-token file on a slow
         CPU would otherwise wait a long time for its first suggestion. The window is
@@ -160,7 +160,8 @@ class Suggester:
         Shortened, in this order: the last cold window of the document grown down to the cursor
         (while it prefills in time and stays shorter than the full prompt), the cached start of
         the full prompt with a cold window of the rest, a cold window (after the best of the
-        other files' definitions: `cold_head`)."""
+        other files' definitions: `cold_head`). `widen`: a window chosen afresh, never the last
+        cold window grown (at the same spot, that is the same window)."""
         engine, name = self.engine, self.documents.repository.name
         budget = replace(self.budget, prefix_tokens=self.window_tokens(settings))
         full = build_prompt(cursor, engine.tokenizer, engine.max_len, blocks, budget, path, name)
@@ -168,7 +169,7 @@ class Suggester:
         if not allowed_s or engine.prefill_seconds(full) <= allowed_s:
             return full, None
         fits = max(MIN_COLD_TOKENS, int(engine.prefill_tokens_per_s() * allowed_s))
-        if self._cold is not None and self._cold[0] == path:
+        if not widen and self._cold is not None and self._cold[0] == path:
             grown = grown_prompt(cursor, engine.tokenizer, fits, self._cold[1], self._cold[2])
             if grown is not None:
                 tokens = engine.prompt_tokens(grown[0])
@@ -197,12 +198,13 @@ class Suggester:
         return not cancel.is_set()
 
     def generate(self, plan: Plan, settings: Settings, cancel: threading.Event, sampling: Sampling = Sampling(),
-                 on_prefilled: Callable[[], None] | None = None, whole: bool = False) -> Suggestion:
+                 on_prefilled: Callable[[], None] | None = None, whole: bool = False,
+                 widen: bool = False) -> Suggestion:
         """Run the model for `plan` with `settings` (call on the model thread) and clean its text.
-        `whole`: from the full window however long its prefill takes (the better-informed answer
-        that follows a cold one)."""
+        `whole`: from the full window however long its prefill takes; `widen`: from a window
+        chosen afresh for `settings` (the better-informed answers that follow a cold one)."""
         cursor = plan.cursor
-        prompt, full = self.prompt_for(cursor, self.context_for(plan, settings), plan.path, settings)
+        prompt, full = self.prompt_for(cursor, self.context_for(plan, settings), plan.path, settings, widen)
         if whole and full is not None:
             prompt, full = full, None
         request = Request(settings.maxTokens, cleanup.stop_rule(plan.multiline, cursor.line_before),

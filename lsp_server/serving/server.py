@@ -287,7 +287,7 @@ class DraftlineServer(LanguageServer):
 
         def improve(job: Job) -> None:
             on_screen = shown
-            widened = suggester.generate(plan, wider, job.cancel)
+            widened = suggester.generate(plan, wider, job.cancel, widen=True)
             if not unchanged(job):
                 return
             whole = widened.full_prompt is None  # the full window prefilled within the wider stage
