@@ -165,8 +165,8 @@ class DraftlineEditor:
             "context": {"triggerKind": 1}}, timeout)
         self.close()
         items = (reply.get("result") or {}).get("items") or []
-        text = items[0]["insertText"] if items else ""
-        return text[len(self.screen.lines[-1]):] if text.startswith(self.screen.lines[-1]) else ""
+        inserted, line = (items[0]["insertText"] if items else ""), self.screen.lines[-1]
+        return inserted[len(line):] if inserted.startswith(line) else ""
 
     def stats(self) -> dict:
         return self.client.request(next(self.ids), "workspace/executeCommand", {"command": "draftline.stats"})["result"]
