@@ -121,19 +121,14 @@ def test_the_users_own_edit_made_again_does_not_end_the_rewrite():
     assert first_change_end(window, text).resume == 5  # unmarked, line 1 is the first change
 
 
-def test_in_a_window_moved_to_a_place_changes_above_it_neither_show_nor_end_the_rewrite():
-    """The window moved to line 43, lines above it for context: the model's change there is
-    dropped and does not stop the rewrite before the place; an insertion right before it stays."""
-    window = Window(39, "import os\nx = 1\nw = 0\n\nclass Due(object):\n    pass\ny = 2\nz = 3", place=43)
-    shown = shown_window(window, [Edit("class Done(object):", "class Done:", 5)])
-    assert shown.text == window.text and shown.place == 4
-    rewrite = window.text.replace("os", "sys").replace("(object)", "") + "\n"
-    end = first_change_end(shown.text, rewrite, shown.edited, shown.place)
-    assert end.resume == 7  # the place's change, then two lines copied again
-    assert first_change_end(shown.text, rewrite).resume == 3  # unmarked, line 0 is the first change
-    assert onto_window(shown, rewrite.rstrip("\n"), window.text) == window.text.replace("(object)", "")
-    inserted = window.text.replace("class Due", "@dataclass\nclass Due")
-    assert onto_window(shown, inserted, window.text) == inserted
+def test_a_place_is_rewritten_alone_and_its_edit_stays_within_its_lines(fp32_engine, monkeypatch):
+    code = "class A:\n    pass\n" + CODE + "class B(object):\n    pass\n"
+    asked, complete = [], fp32_engine.complete
+    monkeypatch.setattr(fp32_engine, "complete", lambda prompt, *rest: asked.append(prompt) or complete(prompt, *rest))
+    prediction = predict(fp32_engine, code, 0, [Edit("class A(object):", "class A:", 0)], "a.py")
+    shown = fp32_engine.tokenizer.decode(asked[0])
+    assert "class B(object):" in shown and "line39" not in shown  # the place's line, not a window around it
+    assert prediction.edit is None or prediction.edit.start.line == prediction.edit.end.line == 42
 
 
 def test_an_old_form_that_stands_nowhere_proposes_nothing_without_a_pass(fp32_engine):

@@ -1,11 +1,9 @@
 """Where the next edit is due (lsp_server/next_edit/places.py): the last edit's old form, names
-abstracted, found where it still stands, nearest first and below before above; the window the
-model rewrites moves there only when no place lies around the cursor."""
-from dataclasses import replace
-
+abstracted, found where it still stands, nearest first and below before above; the model
+rewrites the nearest place's lines."""
 from lsp_server.next_edit.history import MAX_EDIT_CHARS, Edit, EditHistory
 from lsp_server.next_edit.places import pattern_of, places
-from lsp_server.next_edit.rewrite import WINDOW_LINES, window_at, window_for
+from lsp_server.next_edit.rewrite import Target, Window, target_for, window_at
 
 
 def filler(n: int, tag: str) -> list[str]:
@@ -54,17 +52,29 @@ def test_an_earlier_edit_gives_the_places_when_the_last_has_none():
     assert places(text, 1, edits) == [2]
 
 
-def test_the_window_moves_to_a_place_only_when_none_is_around_the_cursor_and_is_none_without_places():
-    lines = ["class A:", *filler(40, "x"), "class B(object):", *filler(5, "y")]
+def test_the_model_rewrites_the_nearest_places_lines_as_many_as_the_edits_old_ones():
+    lines = ["class A:", *filler(40, "x"), "class B(object):", *filler(5, "y"), "class C(object):"]
     text = "\n".join(lines)
     edit = Edit("class A(object):", "class A:", 0)
-    moved = window_for(text, 0, [edit])
-    assert moved == replace(window_at(text, 41), place=41) and moved.first <= 41 < moved.first + WINDOW_LINES
-    near = "\n".join(["class A:", *filler(4, "x"), "class B(object):", *filler(40, "y")])
-    assert window_for(near, 0, [edit]) == replace(window_at(near, 0), place=5)
-    assert window_for("\n".join(lines[:41]), 0, [edit]) is None  # its old form stands nowhere: nothing due
+    assert target_for(text, 0, [edit]) == Target(Window(41, "class B(object):"), edit)
+    assert target_for(text, 45, [edit]).window.first == 47  # below the cursor first
+    assert target_for("\n".join(lines[:41]), 0, [edit]) is None  # its old form stands nowhere: nothing due
     spaces = Edit("x = f( a )", "x = f(a)", 0)  # no old form to look for: the cursor's window
-    assert window_for(text, 0, [spaces]) == window_at(text, 0)
+    assert target_for(text, 0, [spaces]) == Target(window_at(text, 0), None)
+
+
+def test_a_place_starts_where_lines_like_the_edits_old_ones_start():
+    """The old form's pattern starts on the edit's second old line: the place starts a line
+    above its match, and spans both lines."""
+    edit = Edit("    def __lt__(self, other):\n        # type: (object) -> bool",
+                "    def __lt__(self, other: object) -> bool:", 0)
+    assert pattern_of(edit).line == 0
+    text = "\n".join(["    def __lt__(self, other: object) -> bool:", "        return False", "",
+                      "    def __le__(self, other):", "        # type: (object) -> bool", "        return True"])
+    assert places(text, 0, [edit]) == [3]
+    assert target_for(text, 0, [edit]).window == Window(3, "\n".join(text.split("\n")[3:5]))
+    tail = Edit("x = 1\ny = old_name(2)", "x = 1\ny = new_name(2)", 0)  # the match on the old lines' second
+    assert pattern_of(tail).line == 1 and places("a = 0\nb = 1\nc = old_name(3)", 0, [tail]) == [1]
 
 
 def test_bad_or_stale_history_gives_no_place():

@@ -38,7 +38,7 @@ from lsp_server.serving.documents import Documents
 from lsp_server.next_edit.history import changed_span
 from lsp_server.engines import open_engine
 from lsp_server.next_edit.places import places
-from lsp_server.next_edit.rewrite import NextEdit, predict, window_at, window_for
+from lsp_server.next_edit.rewrite import NextEdit, predict, target_for, window_at
 from lsp_server.options import BY_NAME, model_flags, model_settings
 
 
@@ -107,8 +107,9 @@ def changes_only_as(text: str, after: str, expected: str) -> bool:
 
 
 def window_release(case: EditCase) -> str:
-    """The case's text with the release's hunks inside the model's window made."""
-    window = window_for(case.text, case.line, list(case.edits)) or window_at(case.text, case.line)
+    """The case's text with the release's hunks inside the lines the model rewrites made."""
+    target = target_for(case.text, case.line, list(case.edits))
+    window = window_at(case.text, case.line) if target is None else target.window
     end = window.first + window.text.count("\n") + 1
     text = case.text.split("\n")
     inside: list[Hunk] = [h for h in hunks(text, case.release.split("\n")) if window.first <= h.a1 and h.a2 <= end]

@@ -56,6 +56,7 @@ class Pattern:
     """The old form of an edit, as a regular expression, and the names it renamed."""
     regex: re.Pattern
     renamed: tuple[str, ...]  # old names an identifier-for-identifier change replaced
+    line: int = 0  # the line of the edit's old lines where the regular expression starts
 
 
 def pattern_of(edit: Edit) -> Pattern | None:
@@ -92,7 +93,7 @@ def pattern_of(edit: Edit) -> Pattern | None:
     compiled = re.compile(_regex(edit.before, old[lo:hi], lo, literal, inner, strings))
     if compiled.search(edit.after):
         return None
-    return Pattern(compiled, tuple(dict.fromkeys(renamed)))
+    return Pattern(compiled, tuple(dict.fromkeys(renamed)), edit.before.count("\n", 0, old[lo].start))
 
 
 def _named(token: str) -> bool:
@@ -176,32 +177,50 @@ def _line_starts(text: str) -> list[int]:
     return [0] + [m.end() for m in re.finditer("\n", text)]
 
 
+@dataclass(frozen=True)
+class Places:
+    """Where the old form of `edit` stands: the first line of each place, where lines like the
+    edit's old ones begin."""
+    edit: Edit
+    lines: list[int]
+
+
 def places(text: str, line: int, edits: list[Edit]) -> list[int]:
-    """The lines of `text` where the old form of the most recent of `edits` that has one still
+    """The first lines of the places where the old form of the most recent of `edits` that has
+    one still stands (due_places)."""
+    found = due_places(text, line, edits)
+    return [] if found is None else found.lines
+
+
+def due_places(text: str, line: int, edits: list[Edit]) -> Places | None:
+    """The places in `text` where the old form of the most recent of `edits` that has one still
     stands, nearest first: below `line` (from it on), then above; the lines the edits made are
-    left out. At most MAX_PLACES."""
+    left out. At most MAX_PLACES. None where there is none."""
     made = [(e.line, e.line + e.after.count("\n") + 1) for e in edits]
     for edit in reversed(edits):
         found = _matches(text, edit, made)
         if found:
             below = sorted(n for n in found if n >= line)
             above = sorted((n for n in found if n < line), reverse=True)
-            return (below + above)[:MAX_PLACES]
-    return []
+            return Places(edit, (below + above)[:MAX_PLACES])
+    return None
 
 
 def _matches(text: str, edit: Edit, made: list[tuple[int, int]]) -> set[int]:
-    """The lines where `edit`'s old form stands, but those in the `made` line spans."""
+    """The first lines of the places where `edit`'s old form stands (lines up from the match
+    as many as the old lines have above the match's start), but those in the `made` spans."""
     pattern = pattern_of(edit)
     if pattern is None:
         return set()
     starts = _line_starts(text)
     found = set()
-    offsets = [m.start() for m in pattern.regex.finditer(text)]
+    # (offset of a match, the line of the edit's old lines it stands for)
+    offsets = [(m.start(), pattern.line) for m in pattern.regex.finditer(text)]
     for name in pattern.renamed:
-        offsets += [m.start() for m in re.finditer(rf"\b{re.escape(name)}\b", text)]
-    for offset in offsets:
+        above = edit.before.count("\n", 0, re.search(rf"\b{re.escape(name)}\b", edit.before).start())
+        offsets += [(m.start(), above) for m in re.finditer(rf"\b{re.escape(name)}\b", text)]
+    for offset, above in offsets:
         line = bisect.bisect_right(starts, offset) - 1
         if not any(first <= line < end for first, end in made):
-            found.add(line)
+            found.add(max(0, line - above))
     return found

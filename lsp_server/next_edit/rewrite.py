@@ -1,19 +1,19 @@
 """Next-edit prediction: from the user's recent edits, the edit they will make next, where it
 is due.
 
-    recent edits (lsp_server/next_edit/history.py) + a window of lines: around the cursor, or
-    around the nearest place where the last edit's old form still stands when none lies there
-    (lsp_server/next_edit/places.py)
+    recent edits (lsp_server/next_edit/history.py)
+      -> the nearest place where the last edit's old form still stands
+         (lsp_server/next_edit/places.py): as many lines as the edit's old ones
       -> a chat prompt: the edits as before/after blocks, then "make the same kind of change
-         wherever it is still needed in the following code; reply with the whole code block",
-         the window as it was before the last edit (the model makes that one again, like the
-         others: it then goes on to the others far more often than when it is shown done),
-         and the answer's opening fence already written
-      -> the model rewrites the window (greedy, speculative: prompt lookup drafts the window's
-         lines from the prompt, so a mostly copied rewrite takes few passes; exact as always),
-         until its first change beyond the user's own is made and two lines are copied again
-      -> its changes but the user's own, made on the current window; the smallest edit that
-         turns the window into that; an unchanged window: none
+         to the following code", the place's lines, and the answer's opening fence written
+      -> the model writes the lines anew (greedy, speculative, exact as always) until the
+         closing fence; the smallest edit that turns them into that; unchanged: none
+    edits with no old form to look for (a change of spaces): the same with a window of 14 lines
+    around the cursor, shown as it was before the last edit (the model makes that one again,
+    and then goes on to the others far more often than when it is shown done); the rewrite ends
+    once its first change beyond the user's own is made and two lines are copied again, and
+    only its changes but the user's own are proposed.
+    an old form that stands nowhere: no edit (nothing of its kind is left to do).
 
 The plain chat instruction measured far better on Qwen2.5-Coder-1.5B-Instruct than Qwen's raw
 repository format (`<|file_sep|>` blocks), which it kept writing past the window's end.
@@ -23,14 +23,14 @@ from __future__ import annotations
 import difflib
 import functools
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from engine.api import EDIT_CACHE, CompletionEngine, Request
 from engine.stats import Stats
 from engine.tokenization.tokenizer import Tokenizer
 from lsp_server.next_edit.history import Edit, changed_span
-from lsp_server.next_edit.places import pattern_of, places
+from lsp_server.next_edit.places import due_places, pattern_of
 
 # The window the model rewrites: of 20, 17 and 14 lines, the smallest was right most often on
 # real edits (a shorter rewrite has fewer places to drift; docs/next_edit.md).
@@ -44,6 +44,7 @@ FENCE = "```"
 SYSTEM = "You are a helpful coding assistant."
 ASK = ("Make the same kind of change wherever it is still needed in the following code; "
        "reply with the whole code block.")
+ASK_HERE = "Make the same kind of change to the following code; reply with the whole code block."
 # A file's extension -> the code fence's language name (others: the extension itself).
 LANGUAGES = {"py": "python", "js": "javascript", "ts": "typescript", "tsx": "tsx", "rs": "rust",
              "rb": "ruby", "sh": "bash", "h": "c", "hpp": "cpp", "cc": "cpp", "md": "markdown",
@@ -81,7 +82,6 @@ class Prediction:
 class Window:
     first: int  # its first line in the document
     text: str  # whole lines, without the last one's newline
-    place: int | None = None  # the first line where the edits' old form stands (None: none found)
 
 
 def window_at(text: str, line: int) -> Window:
@@ -97,22 +97,25 @@ def window_at(text: str, line: int) -> Window:
     return Window(first, "\n".join(lines[first:end]))
 
 
-def window_for(text: str, line: int, edits: list[Edit]) -> Window | None:
-    """The window around the cursor's `line`, unless the edits' old form still stands only
-    outside it: then the window around the nearest such place (below the cursor first). Its
-    `place` is the first place in it, where one was found: the lines above are context. None
-    when the edits have an old form and it stands nowhere: nothing of their kind is left to do
-    (the cursor's window then showed edits where none was due: docs/next_edit.md). Edits with
-    no old form to look for (a change of spaces) get the cursor's window."""
-    here = window_at(text, line)
-    end = here.first + here.text.count("\n") + 1
-    found = places(text, line, edits)
-    if not found:
-        return None if any(pattern_of(edit) for edit in edits) else here
-    inside = [place for place in found if here.first <= place < end]
-    if inside:
-        return replace(here, place=min(inside))
-    return replace(window_at(text, found[0]), place=found[0])
+@dataclass(frozen=True)
+class Target:
+    """The lines the model rewrites, and the edit whose old form stands there (None: the
+    window around the cursor, for edits with no old form to look for)."""
+    window: Window
+    edit: Edit | None
+
+
+def target_for(text: str, line: int, edits: list[Edit]) -> Target | None:
+    """The nearest place where the edits' old form still stands (below the cursor's `line`
+    first): as many lines as that edit's old ones. None when the edits have an old form and it
+    stands nowhere: nothing of their kind is left to do (the cursor's window then showed edits
+    where none was due: docs/next_edit.md). Edits with no old form to look for (a change of
+    spaces) get the window around the cursor."""
+    found = due_places(text, line, edits)
+    if found is None:
+        return None if any(pattern_of(edit) for edit in edits) else Target(window_at(text, line), None)
+    first, count = found.lines[0], found.edit.before.count("\n") + 1
+    return Target(Window(first, "\n".join(text.split("\n")[first:first + count])), found.edit)
 
 
 @dataclass(frozen=True)
@@ -123,10 +126,6 @@ class Shown:
     # changes to them are never proposed (that edit made again, or undone).
     edited: tuple[tuple[int, int], ...]
     undone: tuple[int, int] | None  # the last edit's lines, undone, where it lies inside
-    # The window's first place (where the old form stands), as a line of `text`: the lines
-    # above it are context, and the model's changes there are neither proposed nor taken as its
-    # first change (they would end the rewrite before it reached the place).
-    place: int = 0
 
 
 def shown_window(window: Window, edits: list[Edit]) -> Shown:
@@ -144,13 +143,11 @@ def shown_window(window: Window, edits: list[Edit]) -> Shown:
     shift = 0 if where is None else last.before.count("\n") - last.after.count("\n")
     edited = tuple((a + shift, b + shift) if where and a >= where[1] else (a, b)
                    for a, b in filter(None, map(span, earlier)) if not (where and a < where[1] and b > where[0]))
-    place = 0 if window.place is None else window.place - window.first
     if where is None:
-        return Shown(window.text, edited, None, place)
+        return Shown(window.text, edited, None)
     before = last.before.split("\n")
     undone = (where[0], where[0] + len(before))
-    return Shown("\n".join(lines[:where[0]] + before + lines[where[1]:]), (*edited, undone), undone,
-                 place + shift if place >= where[1] else place)
+    return Shown("\n".join(lines[:where[0]] + before + lines[where[1]:]), (*edited, undone), undone)
 
 
 def _touches(edited: tuple[tuple[int, int], ...], i1: int, i2: int) -> bool:
@@ -178,7 +175,7 @@ def onto_window(shown: Shown, rewrite: str, window: str) -> str:
     shift = len(current) - len(old)
     out, at = [], 0  # `at`: the current window's next line to copy
     for i1, i2, j1, j2 in _line_changes(old, new):
-        if _touches(shown.edited, i1, i2) or (i1 < shown.place and i2 <= shown.place):  # the user's; above the place
+        if _touches(shown.edited, i1, i2):  # the user's
             continue
         c1, c2 = (i1, i2) if i1 < undone_at else (i1 + shift, i2 + shift)
         out += current[at:c1] + new[j1:j2]
@@ -227,12 +224,12 @@ def _block(lang: str, text: str) -> str:
     return f"{FENCE}{lang}\n{text}\n{FENCE}"
 
 
-def instruction(edits: list[Edit], window: str, lang: str) -> str:
+def instruction(edits: list[Edit], window: str, lang: str, ask: str = ASK) -> str:
     """The user's message: the recent edits, oldest first, then the request and the window."""
     shown = edits[-PROMPT_EDITS:]
     said = "I just made this change:" if len(shown) == 1 else "I just made these changes:"
     pairs = "\n\n".join(f"{_block(lang, e.before)}\nbecame\n{_block(lang, e.after)}" for e in shown)
-    return f"{said}\n{pairs}\n\n{ASK}\n{_block(lang, window)}"
+    return f"{said}\n{pairs}\n\n{ask}\n{_block(lang, window)}"
 
 
 @functools.lru_cache(maxsize=4)
@@ -276,12 +273,11 @@ class Resync:
     resume: int  # the window's lines from here on follow it
 
 
-def first_change_end(window: str, text: str, edited: tuple[tuple[int, int], ...] = (),
-                     place: int = 0) -> Resync | None:
+def first_change_end(window: str, text: str, edited: tuple[tuple[int, int], ...] = ()) -> Resync | None:
     """Once the rewrite `text` has changed the window and then copied RESYNC_LINES of its lines
     again, its first change is made: the rest of the window is taken as it is. Blank lines and
     trailing whitespace aside (keep_layout restores them); a change only to the `edited` lines
-    (the user's own edits) or wholly above line `place` does not count. The earliest such point,
+    (the user's own edits) does not count. The earliest such point,
     so that a longer text never undoes it."""
     old = _text_lines(window.split("\n"))
     lines = text.split("\n")[:-1]  # the complete lines
@@ -294,20 +290,19 @@ def first_change_end(window: str, text: str, edited: tuple[tuple[int, int], ...]
         if resync is None:
             return None
         n, j = resync
-        if not _held(old, i, j, window.count("\n") + 1, edited, place):
+        if not _users(old, i, j, window.count("\n") + 1, edited):
             last = new[n - 1][0]  # the raw line that completed the copied lines
             return Resync(sum(len(line) + 1 for line in lines[:last + 1]), old[j + RESYNC_LINES - 1][0] + 1)
         k, i = n, j + RESYNC_LINES
 
 
-def _held(old: list[tuple[int, str]], i: int, j: int, lines: int, edited: tuple[tuple[int, int], ...],
-          place: int) -> bool:
+def _users(old: list[tuple[int, str]], i: int, j: int, lines: int, edited: tuple[tuple[int, int], ...]) -> bool:
     """Whether the change of the window's text lines old[i:j] (an insertion before old[i] when
-    j == i) lies within one of the `edited` line spans, or wholly above line `place`."""
+    j == i) lies within one of the `edited` line spans."""
     if j == i:
         at = old[i][0] if i < len(old) else lines
-        return at < place or any(first <= at <= end for first, end in edited)
-    return old[j - 1][0] < place or any(first <= old[i][0] and old[j - 1][0] < end for first, end in edited)
+        return any(first <= at <= end for first, end in edited)
+    return any(first <= old[i][0] and old[j - 1][0] < end for first, end in edited)
 
 
 def _resync(old: list[tuple[int, str]], new: list[tuple[int, str]], k: int, i: int) -> tuple[int, int] | None:
@@ -326,7 +321,7 @@ def _rewrite_stop(shown: Shown):
     other than the user's own edit made again."""
     def stop(text: str) -> int | None:
         fence = _closing_fence(text)
-        resync = first_change_end(shown.text, text, shown.edited, shown.place)
+        resync = first_change_end(shown.text, text, shown.edited)
         if resync is not None and (fence is None or resync.cut <= fence):
             return resync.cut
         return fence
@@ -357,21 +352,48 @@ def predict(engine: CompletionEngine, text: str, line: int, edits: list[Edit], p
             mode: str = "lookup", cancel: threading.Event | None = None) -> Prediction:
     """The next edit of document `text` (named `path`), the cursor on `line`, after `edits`
     (oldest first). Call on the model thread."""
-    window = window_for(text, line, edits)
-    if not edits or window is None or not window.text.strip():
+    target = target_for(text, line, edits) if edits else None
+    if target is None or not target.window.text.strip():
         return Prediction(None, Stats(), None)
+    if target.edit is not None:
+        return _rewrite_place(engine, target.window, target.edit, edits, path, mode, cancel)
+    return _rewrite_window(engine, target.window, edits, path, mode, cancel)
+
+
+def _rewrite(engine: CompletionEngine, edits: list[Edit], code: str, extra: str, path: str, ask: str, stop,
+             mode: str, cancel: threading.Event | None):
+    """The model's answer to the edits and `ask` about `code`: greedy, until `stop`, in a KV
+    cache of its own (the completions' prompt stays cached for the next keystroke). Room for
+    `code` and `extra` (what the answer may add), grown a little."""
     lang = language(path)
+    prompt = chat_prompt(engine.tokenizer, instruction(edits, code, lang, ask), f"{FENCE}{lang}\n")
+    room = len(engine.tokenizer.encode(code + extra)) * 3 // 2 + 32
+    return engine.complete(prompt, Request(min(room, 1024), stop, cancel=cancel, heal=False, cache=EDIT_CACHE), mode)
+
+
+def _rewrite_place(engine: CompletionEngine, place: Window, edit: Edit, edits: list[Edit], path: str, mode: str,
+                   cancel: threading.Event | None) -> Prediction:
+    """The lines of a place where `edit`'s old form stands, rewritten alone after the edits:
+    with nothing else to copy, the model makes the change it was shown (in a 14-line window
+    around the place it mostly copied the place unchanged: docs/next_edit.md)."""
+    result = _rewrite(engine, edits, place.text, edit.after, path, ASK_HERE, _closing_fence, mode, cancel)
+    if result.stats.stop_reason != "stop":
+        return Prediction(None, result.stats, None)
+    rewrite = keep_layout(place.text, result.text)
+    return Prediction(smallest_edit(place, rewrite), result.stats, rewrite)
+
+
+def _rewrite_window(engine: CompletionEngine, window: Window, edits: list[Edit], path: str, mode: str,
+                    cancel: threading.Event | None) -> Prediction:
+    """The window around the cursor rewritten, shown as it was before the last edit, until
+    its first change beyond the user's own is made."""
     shown = shown_window(window, edits)
-    prompt = chat_prompt(engine.tokenizer, instruction(edits, shown.text, lang), f"{FENCE}{lang}\n")
-    room = len(engine.tokenizer.encode(shown.text)) * 3 // 2 + 32  # the window, changed a little
-    # In a KV cache of its own: the completions' prompt stays cached for the next keystroke.
-    result = engine.complete(prompt, Request(min(room, 1024), _rewrite_stop(shown), cancel=cancel, heal=False,
-                                             cache=EDIT_CACHE), mode)
+    result = _rewrite(engine, edits, shown.text, "", path, ASK, _rewrite_stop(shown), mode, cancel)
     finished = result.stats.stop_reason == "stop" or (result.stats.stop_reason == "eos" and result.text)
     if not finished:
         return Prediction(None, result.stats, None)
     text = result.text.rstrip("\n") if result.stats.stop_reason == "eos" else result.text
-    if (resync := first_change_end(shown.text, text, shown.edited, shown.place)) is not None:  # the first change made
+    if (resync := first_change_end(shown.text, text, shown.edited)) is not None:  # the first change made
         text = text[:resync.cut] + "\n".join(shown.text.split("\n")[resync.resume:])  # the rest as it was
     rewrite = onto_window(shown, keep_layout(shown.text, text.removesuffix("\n")), window.text)
     return Prediction(smallest_edit(window, rewrite), result.stats, rewrite)
