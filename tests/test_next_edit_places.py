@@ -108,3 +108,20 @@ def test_a_sprawling_change_gives_no_pattern():
     quotes = Edit("f('a', 'b', 'c')", 'f("a", "b", "c")', 0)  # three strings changed: three wildcards
     assert pattern_of(quotes) is None
     assert pattern_of(Edit("f('a', 'b')", 'f("a", "b")', 0)) is not None
+
+
+def test_where_the_whole_form_stands_nowhere_the_changed_span_alone_finds_the_same_change():
+    """The loose form: `.format` of another string in another call, a `u` prefix dropped from
+    several strings at once (too many to make one whole form); never a change that does not pin
+    itself down, never where the whole form stands somewhere, never a place where none is due."""
+    fstring = Edit('html_title = "{} Documentation".format(version)', 'html_title = f"{version} Documentation"', 0)
+    text = "\n".join(["x = 1", '    (master_doc, "proj-{}.tex".format(version), html_title)',
+                      'y = "{}".format(a.b)', 'z = f"{version} Documentation"'])
+    assert pattern_of(fstring).regex.search(text) is None and places(text, 0, [fstring]) == [1]
+    prefixes = Edit('    (u"a", u"b"),\n    (u"c", u"d"),', '    ("a", "b"),\n    ("c", "d"),', 10)
+    assert pattern_of(prefixes) is None
+    assert places('rows = [\n    (u"x", u"y"),\n    ("p", "q"),\n]', 0, [prefixes]) == [1]
+    assert pattern_of(Edit("x = 1", "x = 2", 0), loose=True) is None  # a bare number: no anchor
+    whole = "\n".join(['a = "{}".format(b)', 'title = "{} Documentation".format(name)'])
+    assert places(whole, 0, [fstring]) == [1]  # the whole form first, where it stands
+    assert places("def f():\n    return g(1)\n", 0, [fstring, prefixes]) == []

@@ -9,6 +9,8 @@ edit still stands, nearest first (below the cursor before above).
       -> one regular expression, searched over the whole text (C speed: a 3,000-line file takes
          a few milliseconds, `bench` measures it), plus, for a rename, the old names themselves
       -> the lines it matches, but those the recent edits made (changed already)
+      -> where no edit's form stands anywhere, a loose one: the changed span alone, strings it
+         leaves alone any string (the same change in other text)
 
 No model pass: this only picks the window the model rewrites (lsp_server/next_edit/rewrite.py).
 A pattern that also matches the edit's new lines finds nothing: it cannot tell old from new.
@@ -30,6 +32,7 @@ _STRING = r"""[rRbBuUfF]{0,2}(?:"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')"""
 _TOKEN = re.compile(_STRING + r"""|[A-Za-z_]\w*|\d[\w.]*|\S""")
 _IS_STRING = re.compile(_STRING)
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_ANY_STRING = ""  # in _regex's `strings`: any string on one line stands in
 # Names that mean the same in every place: kept as they are, never abstracted.
 FIXED = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins)) | {"self", "cls"}
 CONTEXT = 2  # tokens of context either side of the changed span
@@ -59,14 +62,26 @@ class Pattern:
     line: int = 0  # the line of the edit's old lines where the regular expression starts
 
 
-def pattern_of(edit: Edit) -> Pattern | None:
+def pattern_of(edit: Edit, loose: bool = False) -> Pattern | None:
     """The old form of `edit`, or None when no change is left to find (a change of spaces, or
-    one whose old form its new lines hold too)."""
+    one whose old form its new lines hold too). `loose`: the changed span alone, with no context
+    and the strings it leaves alone any string (where that sprawls, its first change alone), for
+    where the whole form stands nowhere: the same change in other text (`set(['a', 'b'])` after
+    `x = set(['a'])`, `re.escape(...)` dropped in another call)."""
     old, new = tokens(edit.before), tokens(edit.after)
-    a, b = [t.text for t in old], [t.text for t in new]
-    changes = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    b = [t.text for t in new]
+    changes = [op for op in difflib.SequenceMatcher(None, [t.text for t in old], b, autojunk=False).get_opcodes()
+               if op[0] != "equal"]
     if not changes:
         return None
+    if not loose:
+        return _pattern(edit, old, b, changes, loose)
+    return _pattern(edit, old, b, changes, loose) or _pattern(edit, old, b, changes[:1], loose)
+
+
+def _pattern(edit: Edit, old: list[Token], b: list[str], changes: list[tuple], loose: bool) -> Pattern | None:
+    """pattern_of's form for these `changes` of the old tokens into `b`."""
+    a = [t.text for t in old]
     first, last = changes[0][1], changes[-1][2]  # the changed span of the old tokens
     # Names replaced by other names are what the change is about (a rename, a new call): kept.
     # Names deleted, or replaced by keywords, differ from place to place (`super(Foo, self)`),
@@ -80,8 +95,10 @@ def pattern_of(edit: Edit) -> Pattern | None:
     if not any(_anchors(a[i], literal) for i in range(first, last)):
         literal |= {a[i] for i in range(first, last) if _free(a[i])}
     strong = any(_anchors(a[i], literal) for i in range(first, last))
+    if loose and not strong:
+        return None  # without context, only a change that pins itself down
     # A span of punctuation and numbers says little: more context, kept as it is.
-    reach = CONTEXT if strong else WEAK_CONTEXT
+    reach = 0 if loose else CONTEXT if strong else WEAK_CONTEXT
     lo, hi = max(0, first - reach), min(len(a), last + reach)
     if not strong:
         literal |= {t for t in a[lo:first] + a[last:hi] if _free(t)}
@@ -90,7 +107,8 @@ def pattern_of(edit: Edit) -> Pattern | None:
     inner = _inner_runs(changes, a)
     if len(strings) + len({i for i in inner if i - 1 not in inner}) > MAX_WILDCARDS:
         return None  # a sprawling change: no pattern, and each wildcard multiplies the search
-    compiled = re.compile(_regex(edit.before, old[lo:hi], lo, literal, inner, strings))
+    unchanged = {i: _ANY_STRING for i in range(lo, hi) if loose and i not in strings and _IS_STRING.fullmatch(a[i])}
+    compiled = re.compile(_regex(edit.before, old[lo:hi], lo, literal, inner, strings | unchanged))
     if compiled.search(edit.after):
         return None
     return Pattern(compiled, tuple(dict.fromkeys(renamed)), edit.before.count("\n", 0, old[lo].start))
@@ -156,7 +174,9 @@ def _regex(text: str, span: list[Token], offset: int, literal: set[str], inner: 
                 out.append(gap + (r"(?:[^\n]*\n){%d}" % lines if lines else "") + r"[^\n]*?")
             previous = token
             continue
-        if offset + k in strings:
+        if strings.get(offset + k) == _ANY_STRING:
+            piece = _STRING
+        elif offset + k in strings:
             piece = _string_piece(token.text, strings[offset + k])
         elif _free(token.text) and token.text not in literal:
             if token.text in groups:
@@ -195,21 +215,23 @@ def places(text: str, line: int, edits: list[Edit]) -> list[int]:
 def due_places(text: str, line: int, edits: list[Edit]) -> Places | None:
     """The places in `text` where the old form of the most recent of `edits` that has one still
     stands, nearest first: below `line` (from it on), then above; the lines the edits made are
-    left out. At most MAX_PLACES. None where there is none."""
+    left out. Where no whole form stands anywhere, the loose ones (`pattern_of`). At most
+    MAX_PLACES. None where there is none."""
     made = [(e.line, e.line + e.after.count("\n") + 1) for e in edits]
-    for edit in reversed(edits):
-        found = _matches(text, edit, made)
-        if found:
-            below = sorted(n for n in found if n >= line)
-            above = sorted((n for n in found if n < line), reverse=True)
-            return Places(edit, (below + above)[:MAX_PLACES])
+    for loose in (False, True):
+        for edit in reversed(edits):
+            found = _matches(text, edit, made, loose)
+            if found:
+                below = sorted(n for n in found if n >= line)
+                above = sorted((n for n in found if n < line), reverse=True)
+                return Places(edit, (below + above)[:MAX_PLACES])
     return None
 
 
-def _matches(text: str, edit: Edit, made: list[tuple[int, int]]) -> set[int]:
+def _matches(text: str, edit: Edit, made: list[tuple[int, int]], loose: bool) -> set[int]:
     """The first lines of the places where `edit`'s old form stands (lines up from the match
     as many as the old lines have above the match's start), but those in the `made` spans."""
-    pattern = pattern_of(edit)
+    pattern = pattern_of(edit, loose)
     if pattern is None:
         return set()
     starts = _line_starts(text)
