@@ -166,9 +166,11 @@ class DraftlineServer(LanguageServer):
         rest = self.typed.lookup(uri, cursor.prefix, cursor.suffix) if alternatives == 1 else None
         if rest is not None:
             self.metrics.cache_hits += 1
-            self.typed.remember(uri, cursor.prefix, cursor.suffix, rest)
+            self.typed.remember(uri, cursor.prefix, cursor.suffix, rest.text, rest.whole)
+            if not rest.whole:  # the rest of a colder window's answer: bettered as a cold one is
+                self._improve_later(plan, position, doc.version, rest.text)
             self.metrics.answered((time.perf_counter() - started) * 1000)
-            return cursor, [rest]
+            return cursor, [rest.text]
 
         def work(job: Job) -> list[Suggestion]:
             runs = [suggester.generate(plan, settings, job.cancel, on_prefilled=job.mark_prefilled)]
@@ -223,10 +225,10 @@ class DraftlineServer(LanguageServer):
         for run in runs:
             self.metrics.drafted_tokens += run.stats.drafted
             self.metrics.accepted_tokens += run.stats.accepted
-        self.typed.remember(uri, cursor.prefix, cursor.suffix, runs[0].text)
+        self.typed.remember(uri, cursor.prefix, cursor.suffix, runs[0].text, whole=runs[0].full_prompt is None)
         if runs[0].full_prompt is not None:
             self.metrics.cold_windows += 1
-            self._improve_later(plan, position, version, runs[0].text, runs[0].full_prompt)
+            self._improve_later(plan, position, version, runs[0].text)
         elif runs[0].text:
             self._idle_later(uri, ("next", cursor.prefix), lambda job: self._next_after(plan, runs[0].text, job))
 
@@ -270,9 +272,9 @@ class DraftlineServer(LanguageServer):
 
         asyncio.get_running_loop().call_later(EXTEND_IDLE_S, start)
 
-    def _improve_later(self, plan: Plan, position: types.Position, version: int, shown: str,
-                       full: str | list[int]) -> None:
-        """A cold window answered at `position` (document `version`): as idle work, write the
+    def _improve_later(self, plan: Plan, position: types.Position, version: int, shown: str) -> None:
+        """A cold window answered at `position` (document `version`), or the typed-through rest
+        of a cold or wider window's answer: as idle work, write the
         suggestion again from a window WIDER_STAGE times as long to prefill, then prefill the full
         window (its start stays cached for the next request when one cuts it short) and write it
         from that, each while the document has not changed. Where an answer differs from the one
@@ -295,14 +297,14 @@ class DraftlineServer(LanguageServer):
             if whole:
                 return
             on_screen = widened.text or on_screen
-            engine.prefill(engine.prompt_tokens(full), job.cancel)
+            engine.prefill(engine.prompt_tokens(widened.full_prompt), job.cancel)
             if not unchanged(job):
                 return
             better = suggester.generate(plan, settings, job.cancel, whole=True)
             if not job.cancel.is_set():
                 loop.call_soon_threadsafe(self._improved, plan, position, on_screen, better.text, True)
 
-        self._idle_later(plan.uri, ("improve", id(full)), improve)
+        self._idle_later(plan.uri, ("improve", plan.cursor.prefix), improve)
 
     def _improved(self, plan: Plan, position: types.Position, shown: str, text: str, whole: bool) -> None:
         """An answer from a wider window than the one on screen (`whole`: the full one)."""
@@ -310,8 +312,9 @@ class DraftlineServer(LanguageServer):
             self.metrics.improved_windows += 1
         else:
             self.metrics.widened_windows += 1
+        if text:  # kept for the next request here, marked as the full window's where it is
+            self.typed.remember(plan.uri, plan.cursor.prefix, plan.cursor.suffix, text, whole)
         if text and text != shown:
-            self.typed.remember(plan.uri, plan.cursor.prefix, plan.cursor.suffix, text)
             self.protocol.notify(SUGGESTION_READY, {"uri": plan.uri, "position": {
                 "line": position.line, "character": position.character}})
         if text and whole:
