@@ -1,24 +1,16 @@
 """The typed-through cache (lsp_server/completion/typed_through.py): the shown suggestion while the
 user types it, and the one made ahead for where accepting it puts the cursor."""
-from lsp_server.completion.typed_through import Rest, TypedThroughCache, next_indent
+from lsp_server.completion.typed_through import TypedThroughCache, next_indent
 
 
 def test_the_shown_suggestion_answers_while_the_user_types_it():
     cache = TypedThroughCache()
     cache.remember("a", "x = ", "\n", "compute(1)")
-    assert cache.lookup("a", "x = ", "\n") == Rest("compute(1)", True)
-    assert cache.lookup("a", "x = comp", "\n") == Rest("ute(1)", True)
+    assert cache.lookup("a", "x = ", "\n") == "compute(1)"
+    assert cache.lookup("a", "x = comp", "\n") == "ute(1)"
     assert cache.lookup("a", "x = cx", "\n") is None  # typed something else
     assert cache.lookup("a", "x = compute(1)", "\n") is None  # all of it typed: nothing left
     assert cache.lookup("a", "x = ", "") is None  # the text after the cursor changed
-
-
-def test_a_cold_windows_suggestion_says_so_while_the_user_types_it():
-    cache = TypedThroughCache()
-    cache.remember("a", "x = ", "\n", "compute(1)", whole=False)
-    assert cache.lookup("a", "x = comp", "\n") == Rest("ute(1)", False)  # still to be bettered
-    cache.remember("a", "x = comp", "\n", "ute(2)")  # the full window's, written there
-    assert cache.lookup("a", "x = compu", "\n") == Rest("te(2)", True)
 
 
 def test_the_suggestion_made_ahead_answers_after_an_accept_and_outlives_it():
@@ -26,8 +18,8 @@ def test_the_suggestion_made_ahead_answers_after_an_accept_and_outlives_it():
     cache.remember("a", "def f():\n", "", "    a = 1")
     cache.remember_next("a", "def f():\n    a = 1\n    ", "", "return a")
     cache.accepted("a")
-    assert cache.lookup("a", "def f():\n    a = 1\n    ", "") == Rest("return a", True)
-    assert cache.lookup("a", "def f():\n    a = 1\n    ret", "") == Rest("urn a", True)
+    assert cache.lookup("a", "def f():\n    a = 1\n    ", "") == "return a"
+    assert cache.lookup("a", "def f():\n    a = 1\n    ret", "") == "urn a"
     cache.forget("a")
     assert cache.lookup("a", "def f():\n    a = 1\n    ", "") is None
 

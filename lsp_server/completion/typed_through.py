@@ -11,14 +11,6 @@ class Shown:
     prefix: str  # document text before the cursor when the suggestion was made
     suffix: str  # and after it
     text: str  # the suggestion
-    whole: bool = True  # made from the full window (False: a cold or wider one, to be bettered)
-
-
-@dataclass(frozen=True)
-class Rest:
-    """What is left of a kept suggestion once its start is typed."""
-    text: str
-    whole: bool
 
 
 def next_indent(line: str) -> str:
@@ -35,9 +27,9 @@ class TypedThroughCache:
         self._shown: dict[str, Shown] = {}
         self._next: dict[str, Shown] = {}  # made ahead, for the end of the shown suggestion
 
-    def remember(self, uri: str, prefix: str, suffix: str, text: str, whole: bool = True) -> None:
+    def remember(self, uri: str, prefix: str, suffix: str, text: str) -> None:
         if text:
-            self._shown[uri] = Shown(prefix, suffix, text, whole)
+            self._shown[uri] = Shown(prefix, suffix, text)
         else:
             self._shown.pop(uri, None)
 
@@ -46,7 +38,7 @@ class TypedThroughCache:
         if text:
             self._next[uri] = Shown(prefix, suffix, text)
 
-    def lookup(self, uri: str, prefix: str, suffix: str) -> Rest | None:
+    def lookup(self, uri: str, prefix: str, suffix: str) -> str | None:
         """The rest of the suggestion made here (or ahead for here) if the user typed its start
         (or nothing yet), else None."""
         for kept in (self._shown.get(uri), self._next.get(uri)):
@@ -54,7 +46,7 @@ class TypedThroughCache:
                 continue
             typed = prefix[len(kept.prefix):]
             if kept.text.startswith(typed) and len(typed) < len(kept.text):
-                return Rest(kept.text[len(typed):], kept.whole)
+                return kept.text[len(typed):]
         return None
 
     def accepted(self, uri: str) -> None:

@@ -166,11 +166,9 @@ class DraftlineServer(LanguageServer):
         rest = self.typed.lookup(uri, cursor.prefix, cursor.suffix) if alternatives == 1 else None
         if rest is not None:
             self.metrics.cache_hits += 1
-            self.typed.remember(uri, cursor.prefix, cursor.suffix, rest.text, rest.whole)
-            if not rest.whole:  # the rest of a colder window's answer: bettered as a cold one is
-                self._improve_later(plan, position, doc.version, rest.text)
+            self.typed.remember(uri, cursor.prefix, cursor.suffix, rest)
             self.metrics.answered((time.perf_counter() - started) * 1000)
-            return cursor, [rest.text]
+            return cursor, [rest]
 
         def work(job: Job) -> list[Suggestion]:
             runs = [suggester.generate(plan, settings, job.cancel, on_prefilled=job.mark_prefilled)]
@@ -225,7 +223,7 @@ class DraftlineServer(LanguageServer):
         for run in runs:
             self.metrics.drafted_tokens += run.stats.drafted
             self.metrics.accepted_tokens += run.stats.accepted
-        self.typed.remember(uri, cursor.prefix, cursor.suffix, runs[0].text, whole=runs[0].full_prompt is None)
+        self.typed.remember(uri, cursor.prefix, cursor.suffix, runs[0].text)
         if runs[0].full_prompt is not None:
             self.metrics.cold_windows += 1
             self._improve_later(plan, position, version, runs[0].text)
@@ -273,8 +271,7 @@ class DraftlineServer(LanguageServer):
         asyncio.get_running_loop().call_later(EXTEND_IDLE_S, start)
 
     def _improve_later(self, plan: Plan, position: types.Position, version: int, shown: str) -> None:
-        """A cold window answered at `position` (document `version`), or the typed-through rest
-        of a cold or wider window's answer: as idle work, write the
+        """A cold window answered at `position` (document `version`): as idle work, write the
         suggestion again from a window WIDER_STAGE times as long to prefill, then prefill the full
         window (its start stays cached for the next request when one cuts it short) and write it
         from that, each while the document has not changed. Where an answer differs from the one
@@ -312,9 +309,8 @@ class DraftlineServer(LanguageServer):
             self.metrics.improved_windows += 1
         else:
             self.metrics.widened_windows += 1
-        if text:  # kept for the next request here, marked as the full window's where it is
-            self.typed.remember(plan.uri, plan.cursor.prefix, plan.cursor.suffix, text, whole)
         if text and text != shown:
+            self.typed.remember(plan.uri, plan.cursor.prefix, plan.cursor.suffix, text)
             self.protocol.notify(SUGGESTION_READY, {"uri": plan.uri, "position": {
                 "line": position.line, "character": position.character}})
         if text and whole:
