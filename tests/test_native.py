@@ -121,10 +121,10 @@ def test_each_format_multiplies_as_its_dequantized_weights(library, qtype):
 @pytest.mark.parametrize("qtype", gguf_files.TYPES, ids=lambda t: t.name)
 def test_a_formats_product_for_a_token_is_the_same_in_every_pass_width(library, qtype, amx):
     """Passes of 1 to 8 tokens multiply as they read the weights, wider ones from an unpacked
-    block, K-quants in panels of four rows (from 2 tokens in the AVX2 build, 9 with AVX-512)
-    or, where the CPU and kernel allow, in AMX tiles; 7 rows leave some outside the tiles and
-    panels. Every route gives a token the same bits."""
-    m = _blocks(qtype, rows=7 if not amx else 37, cols=512, seed=1)
+    block, K-quants in panels (four rows from 2 tokens in the AVX2 build; sixteen rows from 9
+    tokens with AVX-512 VNNI) or, where the CPU and kernel allow, in AMX tiles; 37 rows leave
+    some outside the tiles and panels. Every route gives a token the same bits."""
+    m = _blocks(qtype, rows=37, cols=512, seed=1)
     x = torch.randn(SLABS, 512)
     with _amx(library, False):
         one_by_one = np.concatenate([native.product(library, m, x[i:i + 1]) for i in range(SLABS)])

@@ -38,8 +38,8 @@ from engine.loading.weights import LlamaConfig
 log = logging.getLogger("draftline")
 
 SOURCES = [Path(__file__).with_name(name)
-           for name in ("decoder.c", "matmul.c", "amx.c", "narrow.c", "narrow_k.c", "panel_k.c", "probe.c", "quantize.c",
-                        "formats.h", "native.h", "narrow.h", "product.h")]
+           for name in ("decoder.c", "matmul.c", "amx.c", "narrow.c", "narrow_k.c", "panel_k.c", "panel_zmm.c",
+                        "probe.c", "quantize.c", "formats.h", "native.h", "narrow.h", "product.h")]
 _ABI = 3  # decoder.c's draftline_abi(): the structs and calls below mirror its own
 # -ffp-contract=off: a product and a sum fused in one copy of a loop and not in another would
 # round differently, and every copy of a kernel must compute alike (decoder.c).

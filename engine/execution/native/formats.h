@@ -88,9 +88,8 @@ ALWAYS_INLINE __m256i fifth_bits(const uint8_t *qh) {
 
 /* Q4_K/Q5_K: the 6-bit scales and mins of the 8 sub-blocks (ggml's get_scale_min_k4: bytes
    0-3 hold scales 0-3 and the top bits of 4-7, bytes 4-7 mins 0-3 and the top bits of mins 4-7,
-   bytes 8-11 the low bits of scales and mins 4-7), in byte lanes at once; each twice (per 16
-   columns). */
-ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales *s) {
+   bytes 8-11 the low bits of scales and mins 4-7), in byte lanes at once: 8 scales, then 8 mins. */
+ALWAYS_INLINE __m128i k4_scale_bytes(const uint8_t *packed) {
   const __m128i x = _mm_loadu_si128((const __m128i *)packed); /* 12 bytes and 4 of the levels */
   const __m128i y = _mm_shuffle_epi8(x, _mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7));
   const __m128i c = _mm_shuffle_epi8(x, _mm_setr_epi8(-1, -1, -1, -1, 8, 9, 10, 11, -1, -1, -1, -1, 8, 9, 10, 11));
@@ -98,7 +97,12 @@ ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales 
   const __m128i top = _mm_and_si128(_mm_srli_epi16(y, 2), _mm_set1_epi8(0x30));    /* 4-7: bits 4, 5 */
   const __m128i bottom = _mm_blend_epi32(_mm_and_si128(c, _mm_set1_epi8(15)),
                                          _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(15)), 0x8);
-  const __m128i bytes = _mm_blend_epi32(low, _mm_or_si128(top, bottom), 0xA); /* 8 scales, then 8 mins */
+  return _mm_blend_epi32(low, _mm_or_si128(top, bottom), 0xA);
+}
+
+/* The same as Scales, each twice (per 16 columns). */
+ALWAYS_INLINE void scales_k4(const uint8_t *packed, float d, float dmin, Scales *s) {
+  const __m128i bytes = k4_scale_bytes(packed);
   s->d = d, s->dmin = dmin;
   _mm256_storeu_si256((__m256i *)s->ints, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(bytes, bytes)));
   _mm256_storeu_si256((__m256i *)s->mints, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(bytes, bytes)));

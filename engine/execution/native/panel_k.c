@@ -20,6 +20,8 @@ each one fused multiply-add, s the token's block scale. So a token's result is b
 one-token route's, whatever the pass width, the rows or tokens beside it and the thread. */
 #include "narrow.h"
 
+#if !(VNNI && defined(__AVX512BW__)) /* there, panel_zmm.c */
+
 /* Rows of a panel; tokens multiplied at once; tokens whose float sums a panel's rows keep. */
 enum { PANEL_ROWS = 4, PANEL_TOKENS = 4, PANEL_SLAB = 64 };
 
@@ -148,3 +150,5 @@ int panel_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, in
   }
   return n;
 }
+
+#endif

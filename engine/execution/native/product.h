@@ -277,8 +277,9 @@ void amx_ktiles(const uint8_t *w, size_t ldw, int format, const Acts *a, int T, 
    the wide route). */
 int narrow_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add);
 
-/* Rows n0..n1 of a K-quant part against T tokens, four rows at a time (panel_k.c: passes of
-   PANEL_FROM tokens or more where AMX tiles do not take them); returns where it stopped. */
+/* Rows n0..n1 of a K-quant part against T tokens, in panels (passes of PANEL_FROM tokens or
+   more where AMX tiles do not take them: panel_zmm.c's sixteen rows at a time with AVX-512 VNNI,
+   else panel_k.c's four); returns where it stopped. */
 int panel_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add);
 
 #endif
