@@ -9,6 +9,7 @@ one for this CPU and the AVX2-only one."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import mmap
 import threading
@@ -21,6 +22,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
 from engine.execution import native
+from engine.execution.native.repack import PACKED, Repacked
 from engine.loading import weight_cache
 from engine.execution.backends.native_llama import NativeLlama
 from engine.execution.backends.torch_llama import TorchLlama
@@ -465,3 +467,39 @@ def test_the_probes_give_bench_kernels_a_peak_and_a_read_rate_to_measure_against
     text = format_kernels({"cpu": "a CPU", "cores": 2, "limits": limits, **got})
     assert text.startswith("a CPU, 2 cores: int8 peak 1000 GOP/s, read 10.0 GB/s\n")
     assert " 4 tokens:  200.0 ms (2.00 x one)" in text and text.endswith("of the read floor\n")
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda t: t.name)
+def test_a_k_quant_repacked_into_panels_multiplies_as_its_blocks(qtype):
+    """Where the sixteen-row panels run (AVX-512 VNNI), a K-quant part is repacked at load into
+    their order and every pass width runs on them: a token gets the same bits as from the file's
+    blocks, at every width."""
+    lib = native.load_library()
+    m = _blocks(qtype, rows=48, cols=512, seed=2)
+    matrix = native.c_matrix(m)
+    repacked = Repacked(lib, [matrix], threads=2, mapped=set())  # kept: it holds the panels
+    if not repacked.nbytes:
+        pytest.skip("no repacked panels in this build (AVX-512 VNNI)")
+    assert matrix.parts[0].format == PACKED + int(qtype)
+    x = torch.randn(SLABS, 512).numpy()
+    for width in list(range(1, STEPS + 1)) + [17, WIDE, SLABS]:
+        out = np.empty((width, 48), dtype=np.float32)
+        lib.draftline_matmul(ctypes.byref(matrix), width, x[:width].ctypes.data, out.ctypes.data)
+        assert np.array_equal(out, native.product(lib, m, x[:width])), width
+
+
+def test_a_model_repacked_at_load_computes_as_its_files_blocks(tmp_path, monkeypatch):
+    """A model's K-quant matrices repacked into panels (where they run) give the logits the
+    file's blocks give, and are counted as held memory in place of the file's pages."""
+    path = gguf_files.write(tmp_path / "mixed.gguf", "qwen2")
+    packed = NativeLlama(map_gguf(path), max_len=512)
+    if not packed.native.repacked.nbytes:
+        pytest.skip("no repacked panels in this build (AVX-512 VNNI)")
+    monkeypatch.setenv("DRAFTLINE_REPACK", "0")
+    plain = NativeLlama(map_gguf(path), max_len=512)
+    assert plain.native.repacked.nbytes == 0
+    tokens = np.random.default_rng(1).integers(0, gguf_files.VOCAB, PREFIX + 29).tolist()
+    assert np.array_equal(_decode(packed, tokens, [1, 3, 8, 17]), _decode(plain, tokens, [1, 3, 8, 17]))
+    ours, theirs = packed.memory(), plain.memory()
+    assert ours["weights_held"] - theirs["weights_held"] == packed.native.repacked.nbytes
+    assert ours["weights_mapped"] < theirs["weights_mapped"]

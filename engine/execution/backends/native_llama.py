@@ -95,7 +95,7 @@ class NativeLlama(ArrayCache):
         self.native.point_at_cache(self)
 
     def cost_key(self) -> str:
-        return f"NativeLlama-gguf-{self.native.build}"
+        return f"NativeLlama-gguf-{self.native.build}{'-repacked' if self.native.repacked.nbytes else ''}"
 
     def set_threads(self, n: int) -> None:
         """The thread count of passes the plan does not give one."""
@@ -112,8 +112,9 @@ class NativeLlama(ArrayCache):
 
     def memory(self, counted: set[int] | None = None) -> dict[str, int]:
         """Bytes by use, as TorchLlama.memory: the file's pages (weights_mapped), copies of
-        chosen rows and the float32 vectors (weights_held), the KV cache and scratch (rotary
-        tables, the largest pass's buffers, recorded features)."""
+        chosen rows, matrices repacked at load (native/repack.py) and the float32 vectors
+        (weights_held), the KV cache and scratch (rotary tables, the largest pass's buffers,
+        recorded features)."""
         counted = set() if counted is None else counted
         tensors = {id(w): w for w in [self.embed, self._all_rows] + self._read_every_pass() if id(w) not in counted}
         counted.update(tensors)
@@ -122,8 +123,10 @@ class NativeLlama(ArrayCache):
         vectors = sum(w.nbytes for w in tensors.values() if isinstance(w, np.ndarray))
         scratch = self.native.own_bytes + self.native.scratch_bytes
         scratch += 0 if self.features is None else self.features.nbytes
-        return {"weights_mapped": sum(p.nbytes for p in blocks if p.mapped),
-                "weights_held": sum(p.nbytes for p in blocks if not p.mapped) + vectors,
+        repacked = self.native.repacked
+        mapped = [p for p in blocks if p.mapped and not repacked.holds(p.data)]
+        return {"weights_mapped": sum(p.nbytes for p in mapped),
+                "weights_held": sum(p.nbytes for p in blocks if not p.mapped) + vectors + repacked.nbytes,
                 "copies": 0, "kv_cache": self.kv_cache_bytes(), "scratch": scratch}
 
     def record_features(self) -> None:

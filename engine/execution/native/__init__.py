@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.loading.formats.gguf_blocks import BlockMatrix, BlockStack
+from engine.execution.native.repack import Repacked
 from engine.execution.rope import rope_tables
 from engine.loading.user_cache import cache_dir, machine_key, write_atomically
 from engine.loading.weights import LlamaConfig
@@ -115,6 +116,9 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.draftline_tiles_from.restype = i
     lib.draftline_int8_peak.restype = lib.draftline_read_rate.restype = ctypes.c_double
     lib.draftline_int8_peak.argtypes = [ctypes.c_long]
+    lib.draftline_packed_bytes.restype = ctypes.c_size_t
+    lib.draftline_packed_bytes.argtypes = [i, i, i]
+    lib.draftline_repack.argtypes = [p, i, i, i, p]
     lib.draftline_read_rate.argtypes = [p, ctypes.c_size_t]
     if _off("DRAFTLINE_AMX"):
         lib.draftline_amx(0)
@@ -286,6 +290,13 @@ def _rows(lib: ctypes.CDLL, matrix: _Matrix, ids) -> np.ndarray:
     return out
 
 
+def _mapped_blocks(model) -> set[int]:
+    """The addresses of a model's matrix parts that lie in a mapped file."""
+    matrices = [model.head] + [getattr(layer, m) for layer in model.layers
+                               for m in ("wqkv", "wo", "w_gate_up", "w_down")]
+    return {p.data.ctypes.data for w in matrices for p in (_parts(w) or []) if isinstance(p, BlockMatrix) and p.mapped}
+
+
 class NativeDecoder:
     """Runs the passes of one model in C (engine/execution/backends/native_llama.py, or a quantized
     TorchLlama), on the weights and bf16 KV cache the model owns; it keeps the rotary tables,
@@ -308,6 +319,9 @@ class NativeDecoder:
                               self._layers, self._vector(model.norm), c_matrix(model.head),
                               _pointer(model.k_cache), _pointer(model.v_cache), _pointer(self.cos),
                               _pointer(self.sin))
+        self.repacked = Repacked(lib, [self._struct.head] + [getattr(layer, m) for layer in self._layers
+                                                             for m in ("wqkv", "wo", "w_gate_up", "w_down")],
+                                 len(os.sched_getaffinity(0)), _mapped_blocks(model))
         self.scratch_bytes = 0  # the largest pass's so far
         self._embedding: tuple[object, _Matrix] | None = None  # (the matrix, its C description)
         mlp = self._layers[0].w_gate_up  # most of a pass's weights
@@ -328,7 +342,7 @@ class NativeDecoder:
     @property
     def own_bytes(self) -> int:
         """What it keeps besides the model's tensors: rotary tables and float32 copies of
-        vectors (a torch model's are bf16)."""
+        vectors (a torch model's are bf16); the repacked matrices are `repacked.nbytes`."""
         return self.cos.nbytes + self.sin.nbytes + self._copied
 
     @staticmethod
@@ -349,7 +363,7 @@ class NativeDecoder:
         return self.lib.draftline_tiles_from() if self._tiled else 0
 
     def set_head(self, head) -> None:
-        self._struct.head = c_matrix(head)
+        self._struct.head = c_matrix(head)  # a head chosen later (fewer rows) keeps the file's blocks
 
     def head_logits(self, features, head) -> np.ndarray:
         return product(self.lib, head, features)

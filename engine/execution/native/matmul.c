@@ -244,6 +244,11 @@ void matmul(const Matrix *w, const Acts *x, int T, float *y, int ldy, int n0, in
   for (int i = 0; i < w->n_parts; i++) {
     const Part *p = &w->parts[i];
     const int a = n0 > base ? n0 : base, b = n1 < base + p->rows ? n1 : base + p->rows;
+    if (p->format > PACKED) { /* every width on the repacked panels */
+      if (a < b) packed_rows(p, w->cols, x, T, y + base, ldy, a - base, b - base, add);
+      base += p->rows;
+      continue;
+    }
     const int tiles = x->tiles && integer_scales(p->format);
     const int panel = T >= PANEL_FROM && integer_scales(p->format) && !tiles;
     const int narrow = T <= FUSED_TOKENS && !is_float(p->format) && !tiles;
@@ -259,7 +264,7 @@ int acts_forms(const Matrix *w) {
   int forms = 0;
   for (int i = 0; i < w->n_parts; i++) {
     const int format = w->parts[i].format;
-    forms |= integer_scales(format) ? BLOCKS : is_float(format) ? 0 : LANES;
+    forms |= integer_scales(format) || format > PACKED ? BLOCKS : is_float(format) ? 0 : LANES;
   }
   return forms;
 }

@@ -7,10 +7,11 @@
 #include <stdint.h>
 
 /* Matrix formats: ggml's type ids for a GGUF file's own blocks, read where the file is mapped;
-   INT4 and INT8 are the torch backend's layouts (engine/execution/kernels.py). */
+   INT4 and INT8 are the torch backend's layouts (engine/execution/kernels.py); PACKED + a K-quant's
+   id, its blocks repacked at load into sixteen-row panels (panel_zmm.c: draftline_repack). */
 enum {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
-  BF16 = 30, INT4 = 100, INT8 = 101
+  BF16 = 30, INT4 = 100, INT8 = 101, PACKED = 1000
 };
 
 /* Rows of one format. A matrix is up to MAX_PARTS of them stacked (Q/K/V, gate/up), each in the
@@ -70,6 +71,14 @@ static inline int sums_per_row(int cols) { return (cols / 16 + 7) / 8 * 8; }
    the tile state, and not turned off). */
 int amx_for(int T);
 
+/* Bytes of a K-quant part of `rows` x `cols` repacked into panels, or 0 where it is not
+   (another format, rows not a multiple of 16, or a library built without the panels' route). */
+size_t draftline_packed_bytes(int format, int rows, int cols);
+/* Repack a part's blocks into `out` (draftline_packed_bytes of it, 64-aligned): rows r0..r1 (multiples of 16). */
+void draftline_repack(const Part *p, int cols, int r0, int r1, uint8_t *out);
+/* Rows n0..n1 of a repacked part against T tokens (panel_zmm.c). */
+void packed_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add);
+
 /* Bytes of `acts_init` memory for T tokens of `cols` columns. */
 size_t acts_bytes(int T, int cols);
 /* Lay out an Acts of T tokens in `memory` (acts_bytes(T, cols)), reading x [T, cols]. */
@@ -86,7 +95,8 @@ size_t matmul_scratch(int cols);
    T, n0, n1 and the other tokens. */
 void matmul(const Matrix *w, const Acts *x, int T, float *y, int ldy, int n0, int n1, int add, void *scratch);
 
-/* One row of a matrix as float32 (embedding lookups, tests), as the products see its weights. */
+/* One row of a matrix as float32 (embedding lookups, tests), as the products see its weights
+   (not of a repacked part: an embedding is never repacked). */
 void dequantize_row(const Matrix *w, int row, float *out);
 
 static inline float bf16_to_f32(uint16_t v) {

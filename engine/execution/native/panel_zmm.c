@@ -111,6 +111,78 @@ ALWAYS_INLINE void build_zpanel(const Part *p, int format, int n, int j, ZPanel 
   }
 }
 
+/* ---- panels repacked at load ----
+   Where this route runs, a K-quant part whose rows come in sixteens is repacked once at load
+   (draftline_repack) into its panels' order, near the file's size: per sixteen rows and
+   super-block, their 16 bytes of scales each, their d and dmin (f16), and the blocks' level bits
+   turned, each 32 bytes of them as 8 vectors with a row per lane (4 of them for Q4_K, 5 for
+   Q5_K, 6 for Q6_K). Loading such a panel takes a tenth of building it from the file (no
+   transposes, the level bits decoded in the lanes by read_levels' own byte steps, which keep
+   every byte in its place), so every pass width runs on the panels, one-token passes
+   included: a token's products on vpdpbusd for sixteen rows at once, no lane ever summed. */
+enum { PACKED_SCALES = 0, PACKED_D = 256, PACKED_DMIN = 288, PACKED_LEVELS = 320, TURN_BYTES = 512 };
+
+ALWAYS_INLINE int turns(int format) { return format == Q4_K ? 4 : format == Q5_K ? 5 : 6; }
+
+/* The offset in a file block of the 32 bytes of level bits a panel's turn i holds: Q4_K's
+   nibbles; Q5_K's fifth bits, then its nibbles; Q6_K's low bits (ql), then its high bits (qh). */
+ALWAYS_INLINE int turn_at(int format, int i) {
+  return format == Q4_K ? 16 + 32 * i : format == Q5_K ? (i ? 48 + 32 * (i - 1) : 16) : 32 * i;
+}
+
+ALWAYS_INLINE size_t packed_panel_bytes(int format) { return PACKED_LEVELS + (size_t)TURN_BYTES * turns(format); }
+
+/* A panel from its repacked bytes. */
+ALWAYS_INLINE void load_zpanel(int format, const uint8_t *z, ZPanel *pn) {
+  pn->d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(z + PACKED_D))); /* exact, as f16_at */
+  pn->dmin = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(z + PACKED_DMIN)));
+  panel_scales(format, (const uint8_t(*)[16])(z + PACKED_SCALES), pn);
+  const __m512i *turned = (const __m512i *)(z + PACKED_LEVELS), fifteen = _mm512_set1_epi8(15);
+  if (format == Q6_K) { /* unit k: ql turn 2h + part % 2, qh turn 4 + h (h = k / 4, part = k % 4) */
+    for (int k = 0; k < 8; k++) {
+      const int h = k / 4, part = k % 4;
+      for (int l = 0; l < 8; l++) {
+        const __m512i ql = _mm512_load_si512(turned + 8 * (2 * h + part % 2) + l), qh = _mm512_load_si512(turned + 8 * (4 + h) + l);
+        const __m512i low = part < 2 ? _mm512_and_si512(ql, fifteen) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), fifteen);
+        const __m512i top = _mm512_and_si512(_mm512_srli_epi16(qh, 2 * part), _mm512_set1_epi8(3));
+        pn->levels[8 * k + l] = _mm512_or_si512(low, _mm512_slli_epi16(top, 4));
+      }
+    }
+    return;
+  }
+  const int five = format == Q5_K;
+  for (int c = 0; c < 4; c++) /* units 2c (low nibbles) and 2c + 1 (high ones) */
+    for (int l = 0; l < 8; l++) {
+      const __m512i qs = _mm512_load_si512(turned + 8 * (c + five) + l);
+      __m512i low = _mm512_and_si512(qs, fifteen), high = _mm512_and_si512(_mm512_srli_epi16(qs, 4), fifteen);
+      if (five) { /* the fifth bit of unit k is bit k of its column's byte */
+        const __m512i bits = _mm512_load_si512(turned + l), one = _mm512_set1_epi8(1);
+        low = _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(bits, 2 * c), one), 4));
+        high = _mm512_or_si512(high, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(bits, 2 * c + 1), one), 4));
+      }
+      pn->levels[8 * (2 * c) + l] = low, pn->levels[8 * (2 * c + 1) + l] = high;
+    }
+}
+
+/* Rows n..n+15's super-block at column j, repacked into z. */
+ALWAYS_INLINE void repack_panel(const Part *p, int format, int n, int j, uint8_t *z) {
+  const uint8_t *b[ZROWS];
+  for (int r = 0; r < ZROWS; r++) {
+    b[r] = block_at(p, format, n + r, j);
+    if (format == Q6_K) memcpy(z + PACKED_SCALES + 16 * r, b[r] + 192, 16), memcpy(z + PACKED_D + 2 * r, b[r] + 208, 2);
+    else _mm_storeu_si128((__m128i *)(z + PACKED_SCALES + 16 * r), k4_scale_bytes(b[r] + 4)), memcpy(z + PACKED_D + 2 * r, b[r], 2);
+    memcpy(z + PACKED_DMIN + 2 * r, format == Q6_K ? b[r] + 208 : b[r] + 2, 2);
+  }
+  for (int i = 0; i < turns(format); i++) {
+    __m512i z8[8], out[8];
+    for (int r = 0; r < 8; r++)
+      z8[r] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b[r] + turn_at(format, i)))),
+                                 _mm256_loadu_si256((const __m256i *)(b[r + 8] + turn_at(format, i))), 1);
+    transpose_halves(z8, out);
+    for (int l = 0; l < 8; l++) _mm512_store_si512((__m512i *)(z + PACKED_LEVELS + TURN_BYTES * i) + l, out[l]);
+  }
+}
+
 /* Tokens t0..t0+C-1 against a panel at column j: their float sums with the sixteen rows (acc[t])
    get the super-block's two activation blocks, in order. ZTOKENS tokens share each load of the
    panel's levels. */
@@ -153,22 +225,31 @@ ALWAYS_INLINE void zpanel_tokens(const ZPanel *pn, int format, const Acts *a, in
   }
 }
 
-/* Rows n..n+15 against tokens t0..t1-1 (at most ZSLAB). */
-ALWAYS_INLINE void zpanel_rows16(const Part *p, int format, int K, const Acts *a, int t0, int t1, int n, float *y,
-                                 int ldy, int add) {
+/* Rows n..n+15 against tokens t0..t1-1 (at most ZSLAB), the panels built from the file's blocks
+   or loaded from repacked ones (`packed`: the rows' panels, one after another); the results of
+   rows `first`..`last` - 1 of the sixteen are kept. */
+ALWAYS_INLINE void zpanel_rows16(const Part *p, int format, const uint8_t *packed, int K, const Acts *a, int t0,
+                                 int t1, int n, int first, int last, float *y, int ldy, int add) {
   __m512 acc[ZSLAB];
   for (int t = 0; t < t1 - t0; t++) acc[t] = _mm512_setzero_ps();
+  const size_t bytes = packed_panel_bytes(format);
   for (int j = 0; j < K; j += 256) {
-    /* The blocks of the panel two on (the next rows' where this row ends), while this one is
-       multiplied: short rows (1,536 columns: 6 panels) would otherwise start each group of rows
-       with sixteen misses. */
-    const int ahead = j + 2 * 256, next_n = ahead < K ? n : n + ZROWS, next_j = ahead < K ? ahead : ahead - K;
-    if (next_n + ZROWS <= p->rows)
-      for (int r = 0; r < ZROWS; r++)
-        for (int line = 0; line < block_bytes(format); line += 64)
-          _mm_prefetch((const char *)block_at(p, format, next_n + r, next_j) + line, _MM_HINT_T0);
     ZPanel pn;
-    build_zpanel(p, format, n, j, &pn);
+    if (packed) {
+      const uint8_t *z = packed + (size_t)(j / 256) * bytes;
+      for (size_t line = 0; line < bytes; line += 64) _mm_prefetch((const char *)z + 2 * bytes + line, _MM_HINT_T0);
+      load_zpanel(format, z, &pn);
+    } else {
+      /* The blocks of the panel two on (the next rows' where this row ends), while this one is
+         multiplied: short rows (1,536 columns: 6 panels) would otherwise start each group of
+         rows with sixteen misses. */
+      const int ahead = j + 2 * 256, next_n = ahead < K ? n : n + ZROWS, next_j = ahead < K ? ahead : ahead - K;
+      if (next_n + ZROWS <= p->rows)
+        for (int r = 0; r < ZROWS; r++)
+          for (int line = 0; line < block_bytes(format); line += 64)
+            _mm_prefetch((const char *)block_at(p, format, next_n + r, next_j) + line, _MM_HINT_T0);
+      build_zpanel(p, format, n, j, &pn);
+    }
     int t = t0;
     for (; t + ZTOKENS <= t1; t += ZTOKENS) zpanel_tokens(&pn, format, a, t, ZTOKENS, j, acc + (t - t0));
     switch (t1 - t) { /* each count compiled with its shape a constant */
@@ -181,9 +262,11 @@ ALWAYS_INLINE void zpanel_rows16(const Part *p, int format, int K, const Acts *a
       case 7: zpanel_tokens(&pn, format, a, t, 7, j, acc + (t - t0)); break;
     }
   }
+  const __mmask16 kept = (__mmask16)(((1u << last) - 1) & ~((1u << first) - 1));
   for (int t = t0; t < t1; t++) {
     float *out = y + (size_t)t * ldy + n;
-    _mm512_storeu_ps(out, add ? _mm512_add_ps(_mm512_loadu_ps(out), acc[t - t0]) : acc[t - t0]);
+    const __m512 v = add ? _mm512_add_ps(_mm512_maskz_loadu_ps(kept, out), acc[t - t0]) : acc[t - t0];
+    _mm512_mask_storeu_ps(out, kept, v);
   }
 }
 
@@ -192,11 +275,52 @@ int panel_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, in
   for (int t0 = 0; t0 < T; t0 += ZSLAB) {
     const int t1 = t0 + ZSLAB < T ? t0 + ZSLAB : T;
     for (n = n0; n + ZROWS <= n1; n += ZROWS) {
-#define ZPANEL(F) zpanel_rows16(p, F, K, a, t0, t1, n, y, ldy, add)
+#define ZPANEL(F) zpanel_rows16(p, F, NULL, K, a, t0, t1, n, 0, ZROWS, y, ldy, add)
       K_FORMAT(ZPANEL)
     }
   }
   return n;
 }
 
+ALWAYS_INLINE size_t packed_row_group_bytes(int format, int K) { return (size_t)(K / 256) * packed_panel_bytes(format); }
+
+size_t draftline_packed_bytes(int format, int rows, int cols) {
+  if (!integer_scales(format) || rows % ZROWS || cols % 256) return 0;
+  return (size_t)(rows / ZROWS) * packed_row_group_bytes(format, cols);
+}
+
+void draftline_repack(const Part *p, int cols, int r0, int r1, uint8_t *out) {
+  for (int n = r0; n < r1; n += ZROWS) {
+    uint8_t *z = out + (size_t)(n / ZROWS) * packed_row_group_bytes(p->format, cols);
+    for (int j = 0; j < cols; j += 256, z += packed_panel_bytes(p->format)) {
+#define REPACK(F) repack_panel(p, F, n, j, z)
+      K_FORMAT(REPACK)
+    }
+  }
+}
+
+void packed_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add) {
+  const int format = p->format - PACKED;
+  for (int t0 = 0; t0 < T; t0 += ZSLAB) {
+    const int t1 = t0 + ZSLAB < T ? t0 + ZSLAB : T;
+    for (int n = n0 / ZROWS * ZROWS; n < n1; n += ZROWS) {
+      const uint8_t *z = p->data + (size_t)(n / ZROWS) * packed_row_group_bytes(format, K);
+      const int first = n < n0 ? n0 - n : 0, last = n + ZROWS > n1 ? n1 - n : ZROWS;
+#define PACKED_PANEL(F) zpanel_rows16(p, F, z, K, a, t0, t1, n, first, last, y, ldy, add)
+      switch (format) {
+        case Q4_K: PACKED_PANEL(Q4_K); break; case Q5_K: PACKED_PANEL(Q5_K); break; default: PACKED_PANEL(Q6_K); break;
+      }
+    }
+  }
+}
+
+#else
+size_t draftline_packed_bytes(int format, int rows, int cols) {
+  (void)format, (void)rows, (void)cols;
+  return 0;
+}
+void draftline_repack(const Part *p, int cols, int r0, int r1, uint8_t *out) { (void)p, (void)cols, (void)r0, (void)r1, (void)out; }
+void packed_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add) {
+  (void)p, (void)K, (void)a, (void)T, (void)y, (void)ldy, (void)n0, (void)n1, (void)add;
+}
 #endif

@@ -1,0 +1,79 @@
+"""K-quant matrices repacked at load into the sixteen-row panels' order (panel_zmm.c), where the
+library runs those panels (AVX-512 VNNI) and AMX tiles do not take the wide passes.
+
+Why: the panels multiply a token's activations with sixteen rows at once on vpdpbusd alone, but
+building one from the file's blocks costs about six tokens' products, so from the file they pay
+only in passes of 9 tokens or more. Repacked once, near the file's size, a panel loads in a
+tenth of that, and passes of every width (plain decoding, verification, prefill) run on them.
+The repacked bytes replace the file's pages in the process (those are dropped from its
+mapping), in one buffer of anonymous memory the kernel may back with huge pages, so a pass
+walks 2 MB pages rather than 4 KB ones. `DRAFTLINE_REPACK=0` keeps the file's blocks.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+PACKED = 1000  # native.h: PACKED + a K-quant's id is its repacked form
+_HUGE = 2 << 20
+_ROWS = 16
+_MADV_DONTNEED = 4
+
+
+def _off() -> bool:
+    return os.environ.get("DRAFTLINE_REPACK", "1").strip().lower() in ("0", "off", "no", "false")
+
+
+class Repacked:
+    """The repacked parts of `matrices` (the decoder's ctypes _Matrix structs, changed in place to
+    point at them). `nbytes`: their memory; `sources`: the addresses of the blocks they replace,
+    whose pages are dropped from the process where they are a file's (`mapped`: their addresses;
+    dropping a copy's would zero it)."""
+
+    def __init__(self, lib: ctypes.CDLL, matrices: list, threads: int, mapped: set[int]) -> None:
+        self.nbytes = 0
+        self.sources: set[int] = set()
+        self._memory: mmap.mmap | None = None
+        if _off() or lib.draftline_amx(-1):
+            return
+        jobs = []  # (part, cols, offset, bytes)
+        for matrix in matrices:
+            for i in range(matrix.n_parts):
+                part = matrix.parts[i]
+                size = lib.draftline_packed_bytes(part.format, part.rows, matrix.cols)
+                if size:
+                    jobs.append((part, matrix.cols, self.nbytes, size))
+                    self.nbytes += size
+        if not jobs:
+            return
+        # private: shared anonymous memory is shmem, which gets no huge pages by default
+        self._memory = mmap.mmap(-1, self.nbytes + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(self._memory))
+        start = -address % _HUGE
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            self._memory.madvise(mmap.MADV_HUGEPAGE, start, self.nbytes // _HUGE * _HUGE or _HUGE)
+        base = address + start
+
+        def repack(job: tuple) -> None:
+            part, cols, offset, _ = job
+            lib.draftline_repack(ctypes.byref(part), cols, 0, part.rows, base + offset)
+
+        with ThreadPoolExecutor(max(1, threads)) as pool:
+            list(pool.map(repack, jobs))
+        libc = ctypes.CDLL(None, use_errno=True)
+        for part, _, offset, size in jobs:
+            source, length = part.data, part.rows * part.row_bytes
+            self.sources.add(source)
+            first = -(-source // mmap.PAGESIZE) * mmap.PAGESIZE  # the whole pages it alone covers
+            last = (source + length) // mmap.PAGESIZE * mmap.PAGESIZE
+            if last > first and source in mapped:
+                libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), _MADV_DONTNEED)
+            part.format, part.data, part.row_bytes = PACKED + part.format, base + offset, 0
+
+    def holds(self, data: np.ndarray) -> bool:
+        """Whether a matrix part's blocks (at data) were repacked."""
+        return data.ctypes.data in self.sources
