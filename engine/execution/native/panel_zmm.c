@@ -132,36 +132,32 @@ ALWAYS_INLINE int turn_at(int format, int i) {
 
 ALWAYS_INLINE size_t packed_panel_bytes(int format) { return PACKED_LEVELS + (size_t)TURN_BYTES * turns(format); }
 
-/* A panel from its repacked bytes. */
-ALWAYS_INLINE void load_zpanel(int format, const uint8_t *z, ZPanel *pn) {
+/* The levels of columns 4l .. 4l + 3 of unit k of a repacked panel (`turned`: its level bits),
+   decoded in the lanes. */
+ALWAYS_INLINE __m512i turned_levels(int format, const __m512i *turned, int k, int l) {
+  const __m512i fifteen = _mm512_set1_epi8(15);
+  if (format == Q6_K) { /* low bits: turn 2h + part % 2; high bits: turn 4 + h */
+    const int h = k / 4, part = k % 4;
+    const __m512i ql = _mm512_load_si512(turned + 8 * (2 * h + part % 2) + l), qh = _mm512_load_si512(turned + 8 * (4 + h) + l);
+    const __m512i low = part < 2 ? _mm512_and_si512(ql, fifteen) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), fifteen);
+    const __m512i top = _mm512_and_si512(_mm512_srli_epi16(qh, 2 * part), _mm512_set1_epi8(3));
+    return _mm512_or_si512(low, _mm512_slli_epi16(top, 4));
+  }
+  const int five = format == Q5_K; /* nibbles of units 2c, 2c + 1: turn c (+ 1 after Q5_K's fifth bits) */
+  const __m512i qs = _mm512_load_si512(turned + 8 * (k / 2 + five) + l);
+  const __m512i levels = k % 2 ? _mm512_and_si512(_mm512_srli_epi16(qs, 4), fifteen) : _mm512_and_si512(qs, fifteen);
+  if (!five) return levels;
+  const __m512i bits = _mm512_load_si512(turned + l); /* unit k's fifth bit: bit k of its column's byte */
+  return _mm512_or_si512(levels, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(bits, k), _mm512_set1_epi8(1)), 4));
+}
+
+/* A panel's scales from its repacked bytes, and its levels where `levels` (else zpanel_tokens
+   decodes them as it goes: a pass of few tokens uses each once). */
+ALWAYS_INLINE void load_zpanel(int format, const uint8_t *z, int levels, ZPanel *pn) {
   pn->d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(z + PACKED_D))); /* exact, as f16_at */
   pn->dmin = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(z + PACKED_DMIN)));
   panel_scales(format, (const uint8_t(*)[16])(z + PACKED_SCALES), pn);
-  const __m512i *turned = (const __m512i *)(z + PACKED_LEVELS), fifteen = _mm512_set1_epi8(15);
-  if (format == Q6_K) { /* unit k: ql turn 2h + part % 2, qh turn 4 + h (h = k / 4, part = k % 4) */
-    for (int k = 0; k < 8; k++) {
-      const int h = k / 4, part = k % 4;
-      for (int l = 0; l < 8; l++) {
-        const __m512i ql = _mm512_load_si512(turned + 8 * (2 * h + part % 2) + l), qh = _mm512_load_si512(turned + 8 * (4 + h) + l);
-        const __m512i low = part < 2 ? _mm512_and_si512(ql, fifteen) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), fifteen);
-        const __m512i top = _mm512_and_si512(_mm512_srli_epi16(qh, 2 * part), _mm512_set1_epi8(3));
-        pn->levels[8 * k + l] = _mm512_or_si512(low, _mm512_slli_epi16(top, 4));
-      }
-    }
-    return;
-  }
-  const int five = format == Q5_K;
-  for (int c = 0; c < 4; c++) /* units 2c (low nibbles) and 2c + 1 (high ones) */
-    for (int l = 0; l < 8; l++) {
-      const __m512i qs = _mm512_load_si512(turned + 8 * (c + five) + l);
-      __m512i low = _mm512_and_si512(qs, fifteen), high = _mm512_and_si512(_mm512_srli_epi16(qs, 4), fifteen);
-      if (five) { /* the fifth bit of unit k is bit k of its column's byte */
-        const __m512i bits = _mm512_load_si512(turned + l), one = _mm512_set1_epi8(1);
-        low = _mm512_or_si512(low, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(bits, 2 * c), one), 4));
-        high = _mm512_or_si512(high, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(bits, 2 * c + 1), one), 4));
-      }
-      pn->levels[8 * (2 * c) + l] = low, pn->levels[8 * (2 * c + 1) + l] = high;
-    }
+  for (int g = 0; g < 64 && levels; g++) pn->levels[g] = turned_levels(format, (const __m512i *)(z + PACKED_LEVELS), g / 8, g % 8);
 }
 
 /* Rows n..n+15's super-block at column j, repacked into z. */
@@ -186,7 +182,8 @@ ALWAYS_INLINE void repack_panel(const Part *p, int format, int n, int j, uint8_t
 /* Tokens t0..t0+C-1 against a panel at column j: their float sums with the sixteen rows (acc[t])
    get the super-block's two activation blocks, in order. ZTOKENS tokens share each load of the
    panel's levels. */
-ALWAYS_INLINE void zpanel_tokens(const ZPanel *pn, int format, const Acts *a, int t0, int C, int j, __m512 acc[]) {
+ALWAYS_INLINE void zpanel_tokens(const ZPanel *pn, const uint8_t *turned, int format, const Acts *a, int t0, int C,
+                                 int j, __m512 acc[]) {
   const int K = a->cols, S = sums_per_row(K), B = blocks_per_row(K);
   const int group = format == Q6_K ? 4 : 8; /* levels vectors per integer scale: 16 or 32 columns */
   for (int half = 0; half < 2; half++) {
@@ -199,7 +196,7 @@ ALWAYS_INLINE void zpanel_tokens(const ZPanel *pn, int format, const Acts *a, in
       for (int t = 0; t < C; t++) sum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int g = g0; g < g0 + group; g++) {
-        const __m512i levels = pn->levels[g];
+        const __m512i levels = turned ? turned_levels(format, (const __m512i *)turned, g / 8, g % 8) : pn->levels[g];
         for (int t = 0; t < C; t++) {
           int32_t four; /* the token's activations of columns 4g .. 4g + 3 */
           memcpy(&four, q[t] + 4 * (g - 32 * half), 4);
@@ -225,6 +222,23 @@ ALWAYS_INLINE void zpanel_tokens(const ZPanel *pn, int format, const Acts *a, in
   }
 }
 
+/* Tokens t0..t1-1 against a panel at column j, ZTOKENS at a time (the levels decoded as they go
+   from `turned` where it is given). */
+ALWAYS_INLINE void zpanel_slab(const ZPanel *pn, const uint8_t *turned, int format, const Acts *a, int t0, int t1,
+                               int j, __m512 acc[]) {
+  int t = t0;
+  for (; t + ZTOKENS <= t1; t += ZTOKENS) zpanel_tokens(pn, turned, format, a, t, ZTOKENS, j, acc + (t - t0));
+  switch (t1 - t) { /* each count compiled with its shape a constant */
+    case 1: zpanel_tokens(pn, turned, format, a, t, 1, j, acc + (t - t0)); break;
+    case 2: zpanel_tokens(pn, turned, format, a, t, 2, j, acc + (t - t0)); break;
+    case 3: zpanel_tokens(pn, turned, format, a, t, 3, j, acc + (t - t0)); break;
+    case 4: zpanel_tokens(pn, turned, format, a, t, 4, j, acc + (t - t0)); break;
+    case 5: zpanel_tokens(pn, turned, format, a, t, 5, j, acc + (t - t0)); break;
+    case 6: zpanel_tokens(pn, turned, format, a, t, 6, j, acc + (t - t0)); break;
+    case 7: zpanel_tokens(pn, turned, format, a, t, 7, j, acc + (t - t0)); break;
+  }
+}
+
 /* Rows n..n+15 against tokens t0..t1-1 (at most ZSLAB), the panels built from the file's blocks
    or loaded from repacked ones (`packed`: the rows' panels, one after another); the results of
    rows `first`..`last` - 1 of the sixteen are kept. */
@@ -235,10 +249,12 @@ ALWAYS_INLINE void zpanel_rows16(const Part *p, int format, const uint8_t *packe
   const size_t bytes = packed_panel_bytes(format);
   for (int j = 0; j < K; j += 256) {
     ZPanel pn;
+    const uint8_t *turned = NULL; /* where the tokens decode the levels themselves: passes of up to 16 */
     if (packed) {
-      const uint8_t *z = packed + (size_t)(j / 256) * bytes;
-      for (size_t line = 0; line < bytes; line += 64) _mm_prefetch((const char *)z + 2 * bytes + line, _MM_HINT_T0);
-      load_zpanel(format, z, &pn);
+      const uint8_t *z = packed + (size_t)(j / 256) * bytes; /* and four panels on, into L2 */
+      for (size_t line = 0; line < bytes; line += 64) _mm_prefetch((const char *)z + 4 * bytes + line, _MM_HINT_T1);
+      load_zpanel(format, z, t1 - t0 > 2 * ZTOKENS, &pn);
+      turned = t1 - t0 > 2 * ZTOKENS ? NULL : z + PACKED_LEVELS;
     } else {
       /* The blocks of the panel two on (the next rows' where this row ends), while this one is
          multiplied: short rows (1,536 columns: 6 panels) would otherwise start each group of
@@ -250,17 +266,10 @@ ALWAYS_INLINE void zpanel_rows16(const Part *p, int format, const uint8_t *packe
             _mm_prefetch((const char *)block_at(p, format, next_n + r, next_j) + line, _MM_HINT_T0);
       build_zpanel(p, format, n, j, &pn);
     }
-    int t = t0;
-    for (; t + ZTOKENS <= t1; t += ZTOKENS) zpanel_tokens(&pn, format, a, t, ZTOKENS, j, acc + (t - t0));
-    switch (t1 - t) { /* each count compiled with its shape a constant */
-      case 1: zpanel_tokens(&pn, format, a, t, 1, j, acc + (t - t0)); break;
-      case 2: zpanel_tokens(&pn, format, a, t, 2, j, acc + (t - t0)); break;
-      case 3: zpanel_tokens(&pn, format, a, t, 3, j, acc + (t - t0)); break;
-      case 4: zpanel_tokens(&pn, format, a, t, 4, j, acc + (t - t0)); break;
-      case 5: zpanel_tokens(&pn, format, a, t, 5, j, acc + (t - t0)); break;
-      case 6: zpanel_tokens(&pn, format, a, t, 6, j, acc + (t - t0)); break;
-      case 7: zpanel_tokens(&pn, format, a, t, 7, j, acc + (t - t0)); break;
-    }
+    if (turned)
+      zpanel_slab(&pn, turned, format, a, t0, t1, j, acc);
+    else
+      zpanel_slab(&pn, NULL, format, a, t0, t1, j, acc);
   }
   const __mmask16 kept = (__mmask16)(((1u << last) - 1) & ~((1u << first) - 1));
   for (int t = t0; t < t1; t++) {
