@@ -491,14 +491,17 @@ def test_a_k_quant_repacked_into_panels_multiplies_as_its_blocks(qtype):
 def test_a_model_repacked_at_load_computes_as_its_files_blocks(tmp_path, monkeypatch):
     """A model's K-quant matrices repacked into panels (where they run) give the logits the
     file's blocks give, and are counted as held memory in place of the file's pages."""
-    path = gguf_files.write(tmp_path / "mixed.gguf", "qwen2")
+    path = gguf_files.write(tmp_path / "k.gguf", "qwen2", types=(Q.Q6_K, Q.Q4_K, Q.Q5_K))  # every matrix a K-quant
     packed = NativeLlama(map_gguf(path), max_len=512)
     if not packed.native.repacked.nbytes:
         pytest.skip("no repacked panels in this build (AVX-512 VNNI)")
     monkeypatch.setenv("DRAFTLINE_REPACK", "0")
     plain = NativeLlama(map_gguf(path), max_len=512)
     assert plain.native.repacked.nbytes == 0
-    tokens = np.random.default_rng(1).integers(0, gguf_files.VOCAB, PREFIX + 29).tolist()
+    for model in (packed, plain):  # the head cut to a prefix of its rows, as a real vocabulary does
+        model.limit_vocab(gguf_files.VOCAB - 5)
+    assert packed.native._struct.head.parts[0].format > PACKED
+    tokens = np.random.default_rng(1).integers(0, gguf_files.VOCAB - 5, PREFIX + 29).tolist()
     assert np.array_equal(_decode(packed, tokens, [1, 3, 8, 17]), _decode(plain, tokens, [1, 3, 8, 17]))
     ours, theirs = packed.memory(), plain.memory()
     assert ours["weights_held"] - theirs["weights_held"] == packed.native.repacked.nbytes

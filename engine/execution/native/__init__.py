@@ -363,7 +363,9 @@ class NativeDecoder:
         return self.lib.draftline_tiles_from() if self._tiled else 0
 
     def set_head(self, head) -> None:
-        self._struct.head = c_matrix(head)  # a head chosen later (fewer rows) keeps the file's blocks
+        matrix = c_matrix(head)
+        self.repacked.point(matrix)  # a prefix of a repacked head's rows stays on its panels
+        self._struct.head = matrix
 
     def head_logits(self, features, head) -> np.ndarray:
         return product(self.lib, head, features)

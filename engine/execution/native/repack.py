@@ -22,6 +22,12 @@ PACKED = 1000  # native.h: PACKED + a K-quant's id is its repacked form
 _HUGE = 2 << 20
 _ROWS = 16
 _MADV_DONTNEED = 4
+_PIECE = 4 << 20
+
+
+def _piece_rows(part) -> int:
+    """Rows repacked at a time: about _PIECE bytes of the file, in whole sixteens."""
+    return max(_ROWS, _PIECE // max(1, part.row_bytes) // _ROWS * _ROWS)
 
 
 def _off() -> bool:
@@ -36,7 +42,7 @@ class Repacked:
 
     def __init__(self, lib: ctypes.CDLL, matrices: list, threads: int, mapped: set[int]) -> None:
         self.nbytes = 0
-        self.sources: set[int] = set()
+        self._packed: dict[int, tuple[int, int]] = {}  # a repacked part's file address: its format, its panels
         self._memory: mmap.mmap | None = None
         if _off() or lib.draftline_amx(-1):
             return
@@ -58,22 +64,40 @@ class Repacked:
             self._memory.madvise(mmap.MADV_HUGEPAGE, start, self.nbytes // _HUGE * _HUGE or _HUGE)
         base = address + start
 
-        def repack(job: tuple) -> None:
-            part, cols, offset, _ = job
-            lib.draftline_repack(ctypes.byref(part), cols, 0, part.rows, base + offset)
-
-        with ThreadPoolExecutor(max(1, threads)) as pool:
-            list(pool.map(repack, jobs))
         libc = ctypes.CDLL(None, use_errno=True)
-        for part, _, offset, size in jobs:
-            source, length = part.data, part.rows * part.row_bytes
-            self.sources.add(source)
-            first = -(-source // mmap.PAGESIZE) * mmap.PAGESIZE  # the whole pages it alone covers
-            last = (source + length) // mmap.PAGESIZE * mmap.PAGESIZE
-            if last > first and source in mapped:
+
+        def repack(piece: tuple) -> None:
+            """Rows r0..r1 of a part repacked, then their file pages dropped at once: the process
+            never holds much more than the file's size (peak RSS)."""
+            part, cols, offset, _, r0, r1 = piece
+            lib.draftline_repack(ctypes.byref(part), cols, r0, r1, base + offset)  # the part's panels from its start
+            source = part.data + r0 * part.row_bytes
+            first = -(-source // mmap.PAGESIZE) * mmap.PAGESIZE  # the whole pages they alone cover
+            last = (part.data + r1 * part.row_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
+            if last > first and part.data in mapped:
                 libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), _MADV_DONTNEED)
+
+        pieces = [(*job, r0, min(r0 + _piece_rows(job[0]), job[0].rows)) for job in jobs
+                  for r0 in range(0, job[0].rows, _piece_rows(job[0]))]
+        with ThreadPoolExecutor(max(1, threads)) as pool:
+            list(pool.map(repack, pieces))
+        for part, _, offset, _ in jobs:
+            self._packed[part.data] = (PACKED + part.format, base + offset)
             part.format, part.data, part.row_bytes = PACKED + part.format, base + offset, 0
+
+    @property
+    def sources(self) -> set[int]:
+        return set(self._packed)
+
+    def point(self, matrix) -> None:
+        """A matrix made later of repacked blocks (a head cut to a prefix of its rows, which the
+        panels' masked stores leave out) is pointed at the panels."""
+        for i in range(matrix.n_parts):
+            part = matrix.parts[i]
+            if part.data in self._packed:
+                part.format, part.data = self._packed[part.data]
+                part.row_bytes = 0
 
     def holds(self, data: np.ndarray) -> bool:
         """Whether a matrix part's blocks (at data) were repacked."""
-        return data.ctypes.data in self.sources
+        return data.ctypes.data in self._packed
