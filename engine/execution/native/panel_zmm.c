@@ -1,6 +1,7 @@
 /* The panel route on 512-bit registers with AVX-512 VNNI (Zen 4; Intel cores where AMX tiles are
-not granted): K-quant passes of several tokens (matmul.c chooses it by width), sixteen rows at a
-time. Each super-block of the rows (256 columns) is unpacked once into a 5.7 KB panel in L1 whose
+not granted), sixteen rows at a time: K-quant passes of 9 tokens or more from the file's blocks
+(matmul.c chooses it by width), and passes of every width from blocks repacked at load (below:
+repack.py repacks where this route runs). Each super-block of the rows (256 columns) is unpacked once into a 5.7 KB panel in L1 whose
 vectors hold the rows in their lanes: lane r of levels[g] holds row r's levels of columns 4g ..
 4g + 3, so one vpdpbusd multiplies them with a token's 4 activations of those columns, broadcast
 from memory, for all sixteen rows, and no token ever sums lanes.
