@@ -6,7 +6,8 @@ reads the matrices in their stored formats: a GGUF file's own blocks where the f
 decoder.c says why and how it stays exact. The library is compiled with the system's C
 compiler for this CPU (-march=native, 6-7 s on two cores) when installing (`python -m
 engine.execution.native`) or else at first use, and kept in the user's cache directory, keyed by its sources, the compiler, its flags and the CPU. `$CC` and `$CFLAGS` are
-honoured; `DRAFTLINE_NATIVE=0` turns the decoder off, `DRAFTLINE_AMX=0` its AMX route. Without a compiler, on a CPU without AVX2
+honoured; `DRAFTLINE_NATIVE=0` turns the decoder off, `DRAFTLINE_AMX=0` its AMX route,
+`DRAFTLINE_REPACK=0` its repacking of K-quants (repack.py). Without a compiler, on a CPU without AVX2
 and FMA, or after a failed build (remembered under the same key, so it is not retried at every
 start), `load_library` returns None and the torch code runs every pass.
 
@@ -321,7 +322,7 @@ class NativeDecoder:
                               _pointer(self.sin))
         self.repacked = Repacked(lib, [self._struct.head] + [getattr(layer, m) for layer in self._layers
                                                              for m in ("wqkv", "wo", "w_gate_up", "w_down")],
-                                 len(os.sched_getaffinity(0)), _mapped_blocks(model))
+                                 len(os.sched_getaffinity(0)), _mapped_blocks(model), not _off("DRAFTLINE_REPACK"))
         self.scratch_bytes = 0  # the largest pass's so far
         self._embedding: tuple[object, _Matrix] | None = None  # (the matrix, its C description)
         mlp = self._layers[0].w_gate_up  # most of a pass's weights

@@ -11,9 +11,9 @@ walks 2 MB pages rather than 4 KB ones. `DRAFTLINE_REPACK=0` keeps the file's bl
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -30,21 +30,17 @@ def _piece_rows(part) -> int:
     return max(_ROWS, _PIECE // max(1, part.row_bytes) // _ROWS * _ROWS)
 
 
-def _off() -> bool:
-    return os.environ.get("DRAFTLINE_REPACK", "1").strip().lower() in ("0", "off", "no", "false")
-
-
 class Repacked:
     """The repacked parts of `matrices` (the decoder's ctypes _Matrix structs, changed in place to
     point at them). `nbytes`: their memory; `sources`: the addresses of the blocks they replace,
     whose pages are dropped from the process where they are a file's (`mapped`: their addresses;
-    dropping a copy's would zero it)."""
+    dropping a copy's would zero it). Nothing is repacked unless `wanted` (DRAFTLINE_REPACK)."""
 
-    def __init__(self, lib: ctypes.CDLL, matrices: list, threads: int, mapped: set[int]) -> None:
+    def __init__(self, lib: ctypes.CDLL, matrices: list, threads: int, mapped: set[int], wanted: bool = True) -> None:
         self.nbytes = 0
         self._packed: dict[int, tuple[int, int]] = {}  # a repacked part's file address: its format, its panels
         self._memory: mmap.mmap | None = None
-        if _off() or lib.draftline_amx(-1):
+        if not wanted or lib.draftline_amx(-1) or not hasattr(mmap, "MAP_PRIVATE"):  # (POSIX: no Windows)
             return
         jobs = []  # (part, cols, offset, bytes)
         for matrix in matrices:
@@ -61,7 +57,8 @@ class Repacked:
         address = ctypes.addressof(ctypes.c_char.from_buffer(self._memory))
         start = -address % _HUGE
         if hasattr(mmap, "MADV_HUGEPAGE"):
-            self._memory.madvise(mmap.MADV_HUGEPAGE, start, self.nbytes // _HUGE * _HUGE or _HUGE)
+            with contextlib.suppress(OSError):  # a kernel without transparent huge pages
+                self._memory.madvise(mmap.MADV_HUGEPAGE, start, self.nbytes // _HUGE * _HUGE or _HUGE)
         base = address + start
 
         libc = ctypes.CDLL(None, use_errno=True)
