@@ -291,11 +291,18 @@ def _rows(lib: ctypes.CDLL, matrix: _Matrix, ids) -> np.ndarray:
     return out
 
 
+_LAYER_MATRICES = ("wqkv", "wo", "w_gate_up", "w_down")
+
+
+def _matrices(model) -> list:
+    """The matrices every pass multiplies: the head, then each layer's."""
+    return [model.head] + [getattr(layer, m) for layer in model.layers for m in _LAYER_MATRICES]
+
+
 def _mapped_blocks(model) -> set[int]:
     """The addresses of a model's matrix parts that lie in a mapped file."""
-    matrices = [model.head] + [getattr(layer, m) for layer in model.layers
-                               for m in ("wqkv", "wo", "w_gate_up", "w_down")]
-    return {p.data.ctypes.data for w in matrices for p in (_parts(w) or []) if isinstance(p, BlockMatrix) and p.mapped}
+    return {p.data.ctypes.data for w in _matrices(model) for p in (_parts(w) or [])
+            if isinstance(p, BlockMatrix) and p.mapped}
 
 
 class NativeDecoder:
@@ -313,7 +320,7 @@ class NativeDecoder:
         self._copied = 0  # bytes of them that are copies
         self._layers = (_Layer * len(model.layers))(*[
             _Layer(self._vector(layer.attn_norm), self._vector(layer.ffn_norm), self._vector(layer.bqkv),
-                   *(c_matrix(getattr(layer, m)) for m in ("wqkv", "wo", "w_gate_up", "w_down")))
+                   *(c_matrix(getattr(layer, m)) for m in _LAYER_MATRICES))
             for layer in model.layers])
         self._struct = _Model(c.n_layers, c.hidden_size, c.n_heads, c.n_kv_heads, c.head_dim,
                               model.layers[0].w_down.shape[1], model.max_len, int(model.rotary_pairs), c.rms_eps,
@@ -321,7 +328,7 @@ class NativeDecoder:
                               _pointer(model.k_cache), _pointer(model.v_cache), _pointer(self.cos),
                               _pointer(self.sin))
         self.repacked = Repacked(lib, [self._struct.head] + [getattr(layer, m) for layer in self._layers
-                                                             for m in ("wqkv", "wo", "w_gate_up", "w_down")],
+                                                             for m in _LAYER_MATRICES],
                                  len(os.sched_getaffinity(0)), _mapped_blocks(model), not _off("DRAFTLINE_REPACK"))
         self.scratch_bytes = 0  # the largest pass's so far
         self._embedding: tuple[object, _Matrix] | None = None  # (the matrix, its C description)
@@ -353,9 +360,7 @@ class NativeDecoder:
         names = {"wq" if n == "wqkv" else "w_up" if n == "w_gate_up" else "bq" if n == "bqkv" else n for n in names}
         if not computes(model.config, names):
             return False
-        matrices = [model.head] + [getattr(layer, m) for layer in model.layers
-                                   for m in ("wqkv", "wo", "w_gate_up", "w_down")]
-        return all(_parts(w) is not None for w in matrices)
+        return all(_parts(w) is not None for w in _matrices(model))
 
     def tiles_from(self) -> int:
         """The pass width from which this model's products run on AMX tiles (amx.c), whose

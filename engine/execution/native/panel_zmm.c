@@ -267,7 +267,7 @@ ALWAYS_INLINE void zpanel_rows16(const Part *p, int format, const uint8_t *packe
             _mm_prefetch((const char *)block_at(p, format, next_n + r, next_j) + line, _MM_HINT_T0);
       build_zpanel(p, format, n, j, &pn);
     }
-    if (turned)
+    if (turned) /* two calls, so that each copy is compiled with where its levels come from known */
       zpanel_slab(&pn, turned, format, a, t0, t1, j, acc);
     else
       zpanel_slab(&pn, NULL, format, a, t0, t1, j, acc);

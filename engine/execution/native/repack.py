@@ -32,9 +32,8 @@ def _piece_rows(part) -> int:
 
 class Repacked:
     """The repacked parts of `matrices` (the decoder's ctypes _Matrix structs, changed in place to
-    point at them). `nbytes`: their memory; `sources`: the addresses of the blocks they replace,
-    whose pages are dropped from the process where they are a file's (`mapped`: their addresses;
-    dropping a copy's would zero it). Nothing is repacked unless `wanted` (DRAFTLINE_REPACK)."""
+    point at them). `nbytes`: their memory. The pages of the blocks they replace are dropped from
+    the process where they are a file's (`mapped`: their addresses; dropping a copy's would zero it). Nothing is repacked unless `wanted` (DRAFTLINE_REPACK)."""
 
     def __init__(self, lib: ctypes.CDLL, matrices: list, threads: int, mapped: set[int], wanted: bool = True) -> None:
         self.nbytes = 0
@@ -81,10 +80,6 @@ class Repacked:
         for part, _, offset, _ in jobs:
             self._packed[part.data] = (PACKED + part.format, base + offset)
             part.format, part.data, part.row_bytes = PACKED + part.format, base + offset, 0
-
-    @property
-    def sources(self) -> set[int]:
-        return set(self._packed)
 
     def point(self, matrix) -> None:
         """A matrix made later of repacked blocks (a head cut to a prefix of its rows, which the
