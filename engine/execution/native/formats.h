@@ -162,6 +162,31 @@ ALWAYS_INLINE __m256i format_unit_ints(int format, const int16_t *pair) {
   return format == Q6_K ? unit_ints(pair) : _mm256_set1_epi16(pair[0]);
 }
 
+/* A K-quant block's level bits come in turns of 32 bytes: Q4_K's nibbles (units 2c, 2c + 1 in
+   turn c); Q5_K's fifth bits (turn 0), then its nibbles; Q6_K's low bits (ql, four turns), then
+   its high bits (qh, two). */
+ALWAYS_INLINE int turns(int format) { return format == Q4_K ? 4 : format == Q5_K ? 5 : 6; }
+
+/* Where a K-quant file block's turn i starts. */
+ALWAYS_INLINE int turn_at(int format, int i) { return (format == Q6_K ? 0 : 16) + 32 * i; }
+
+/* The levels of unit k (its 32 columns) of a K-quant block whose turn i is the 32 bytes at
+   turn0 + i * stride: a file's block (stride 32), or a repacked panel's rows (panel_k.c), whose
+   bytes are decoded by the same byte steps wherever they lie. */
+ALWAYS_INLINE __m256i k_levels(int format, const uint8_t *turn0, int stride, int k) {
+  if (format == Q6_K) { /* low bits: turn 2h + part % 2; high bits: turn 4 + h */
+    const int h = k / 4, part = k % 4;
+    const __m256i ql = _mm256_loadu_si256((const __m256i *)(turn0 + stride * (2 * h + part % 2)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(turn0 + stride * (4 + h)));
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * part), _mm256_set1_epi8(3));
+    return _mm256_or_si256(part < 2 ? low4(ql) : high4(ql), _mm256_slli_epi16(top, 4));
+  }
+  const int five = format == Q5_K; /* units 2c, 2c + 1: low and high nibbles of turn c (+ 1) */
+  const __m256i q = _mm256_loadu_si256((const __m256i *)(turn0 + stride * (k / 2 + five)));
+  const __m256i levels = k % 2 ? high4(q) : low4(q);
+  return five ? _mm256_or_si256(levels, bit_to_16(_mm256_loadu_si256((const __m256i *)turn0), k)) : levels;
+}
+
 /* The levels of the k-th 32 columns of the block at b. */
 ALWAYS_INLINE __m256i read_levels(int format, const uint8_t *b, int k) {
   switch (format) {
@@ -178,19 +203,7 @@ ALWAYS_INLINE __m256i read_levels(int format, const uint8_t *b, int k) {
       const __m128i lo = _mm_and_si128(q, m), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m);
       return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
     }
-    case Q4_K: case Q5_K: { /* sub-block k: low nibbles of 32 bytes for even k, high for odd */
-      const int five = format == Q5_K;
-      const __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * five + 32 * (k / 2)));
-      const __m256i levels = k % 2 ? high4(q) : low4(q);
-      return five ? _mm256_or_si256(levels, bit_to_16(_mm256_loadu_si256((const __m256i *)(b + 16)), k)) : levels;
-    }
-    default: { /* Q6_K: 128 columns from 64 bytes of low bits (ql) and 32 of high (qh) */
-      const int h = k / 4, part = k % 4;
-      const __m256i ql = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * (part % 2)));
-      const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
-      const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * part), _mm256_set1_epi8(3));
-      return _mm256_or_si256(part < 2 ? low4(ql) : high4(ql), _mm256_slli_epi16(top, 4));
-    }
+    default: return k_levels(format, b + turn_at(format, 0), 32, k);
   }
 }
 

@@ -123,14 +123,6 @@ ALWAYS_INLINE void build_zpanel(const Part *p, int format, int n, int j, ZPanel 
    included: a token's products on vpdpbusd for sixteen rows at once, no lane ever summed. */
 enum { PACKED_SCALES = 0, PACKED_D = 256, PACKED_DMIN = 288, PACKED_LEVELS = 320, TURN_BYTES = 512 };
 
-ALWAYS_INLINE int turns(int format) { return format == Q4_K ? 4 : format == Q5_K ? 5 : 6; }
-
-/* The offset in a file block of the 32 bytes of level bits a panel's turn i holds: Q4_K's
-   nibbles; Q5_K's fifth bits, then its nibbles; Q6_K's low bits (ql), then its high bits (qh). */
-ALWAYS_INLINE int turn_at(int format, int i) {
-  return format == Q4_K ? 16 + 32 * i : format == Q5_K ? (i ? 48 + 32 * (i - 1) : 16) : 32 * i;
-}
-
 ALWAYS_INLINE size_t packed_panel_bytes(int format) { return PACKED_LEVELS + (size_t)TURN_BYTES * turns(format); }
 
 /* The levels of columns 4l .. 4l + 3 of unit k of a repacked panel (`turned`: its level bits),
@@ -324,13 +316,4 @@ void packed_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, 
   }
 }
 
-#else
-size_t draftline_packed_bytes(int format, int rows, int cols) {
-  (void)format, (void)rows, (void)cols;
-  return 0;
-}
-void draftline_repack(const Part *p, int cols, int r0, int r1, uint8_t *out) { (void)p, (void)cols, (void)r0, (void)r1, (void)out; }
-void packed_rows(const Part *p, int K, const Acts *a, int T, float *y, int ldy, int n0, int n1, int add) {
-  (void)p, (void)K, (void)a, (void)T, (void)y, (void)ldy, (void)n0, (void)n1, (void)add;
-}
 #endif

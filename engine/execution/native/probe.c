@@ -15,8 +15,9 @@ static double seconds(void) {
 enum { CHAINS = 8 }; /* independent sums: more than the instruction's latency times its pipes */
 
 /* int8 operations per second (a multiply and an add each) of `rounds` rounds of CHAINS
-   products of 32 byte pairs on 256-bit registers, as the products run them: vpdpbusd with
-   AVX-512 VNNI, else vpmaddubsw + vpmaddwd + vpaddd (product.h's idot). */
+   products of 32 byte pairs on 256-bit registers, by the instruction that multiplies the bytes:
+   vpdpbusd with AVX-512 VNNI, else vpmaddubsw, its 16-bit sums added up (vpaddw) as the
+   AVX2 panels add a scale group's (panel_k.c). */
 double draftline_int8_peak(long rounds) {
   __m256i sum[CHAINS], a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5);
   for (int i = 0; i < CHAINS; i++) sum[i] = _mm256_set1_epi32(i);
@@ -25,7 +26,7 @@ double draftline_int8_peak(long rounds) {
 #if VNNI
     for (int i = 0; i < CHAINS; i++) sum[i] = _mm256_dpbusd_epi32(sum[i], a, b);
 #else
-    for (int i = 0; i < CHAINS; i++) sum[i] = idot(sum[i], a, b, _mm256_set1_epi16(1));
+    for (int i = 0; i < CHAINS; i++) sum[i] = _mm256_add_epi16(sum[i], _mm256_maddubs_epi16(a, b));
 #endif
     __asm__ volatile("" : "+x"(a), "+x"(b)); /* the operands are not known constants */
   }

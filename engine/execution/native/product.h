@@ -54,14 +54,18 @@ ALWAYS_INLINE __m256 step(__m256 part, __m256i dot, __m256 scales) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scales, part);
 }
 
-/* K-quants: ia += (levels . q per column pair) * the unit's integer scales. */
-ALWAYS_INLINE __m256i idot(__m256i ia, __m256i levels, __m256i q, __m256i ints) {
-  const __m256i pairs = _mm256_maddubs_epi16(levels, q);
+/* K-quants: ia += 16-bit sums of column pairs * integer scales, into int32 lanes. */
+ALWAYS_INLINE __m256i scaled_add(__m256i ia, __m256i pairs, __m256i ints) {
 #if VNNI
   return _mm256_dpwssd_epi32(ia, pairs, ints);
 #else
   return _mm256_add_epi32(ia, _mm256_madd_epi16(pairs, ints));
 #endif
+}
+
+/* K-quants: ia += (levels . q per column pair) * the unit's integer scales. */
+ALWAYS_INLINE __m256i idot(__m256i ia, __m256i levels, __m256i q, __m256i ints) {
+  return scaled_add(ia, _mm256_maddubs_epi16(levels, q), ints);
 }
 
 /* K-quant sums two units at a time: in 512-bit registers where AVX-512BW multiplies bytes (at
