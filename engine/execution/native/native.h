@@ -8,7 +8,7 @@
 
 /* Matrix formats: ggml's type ids for a GGUF file's own blocks, read where the file is mapped;
    INT4 and INT8 are the torch backend's layouts (engine/execution/kernels.py); PACKED + a K-quant's
-   id, its blocks repacked at load into sixteen-row panels (panel_zmm.c: draftline_repack). */
+   id, its blocks repacked at load into the panels' order (panel_zmm.c, panel_k.c: draftline_repack). */
 enum {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
   BF16 = 30, INT4 = 100, INT8 = 101, PACKED = 1000
@@ -72,7 +72,7 @@ static inline int sums_per_row(int cols) { return (cols / 16 + 7) / 8 * 8; }
 int amx_for(int T);
 
 /* Bytes of a K-quant part of `rows` x `cols` repacked into panels, or 0 where it is not
-   (another format, rows not a multiple of 16, or a library built without the panels' route). */
+   (another format, or rows that do not fill the panels: 16 with AVX-512 VNNI, 4 with AVX2). */
 size_t draftline_packed_bytes(int format, int rows, int cols);
 /* Repack a part's blocks into `out` (draftline_packed_bytes of it, 64-aligned): rows r0..r1 (multiples of 16). */
 void draftline_repack(const Part *p, int cols, int r0, int r1, uint8_t *out);

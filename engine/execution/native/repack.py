@@ -1,10 +1,12 @@
-"""K-quant matrices repacked at load into the sixteen-row panels' order (panel_zmm.c), where the
-library runs those panels (AVX-512 VNNI) and AMX tiles do not take the wide passes.
+"""K-quant matrices repacked at load into the order of the products' panels, wherever AMX tiles
+do not take the wide passes: sixteen-row panels where AVX-512 VNNI runs (panel_zmm.c), four-row
+ones with AVX2 (panel_k.c). The library says which (draftline_packed_bytes: 0 where none).
 
-Why: the panels multiply a token's activations with sixteen rows at once on vpdpbusd alone, but
-building one from the file's blocks costs about six tokens' products, so from the file they pay
-only in passes of 9 tokens or more. Repacked once, near the file's size, a panel loads in a
-tenth of that, and passes of every width (plain decoding, verification, prefill) run on them.
+Why: the panels multiply a token's activations with all their rows at once, no lane of a row
+ever summed, but building one from the file's blocks costs transposes (about six tokens'
+products for sixteen rows), so from the file they pay only in wider passes. Repacked once, near
+the file's size, a panel loads with no transposes, and passes of every width (plain decoding,
+verification, prefill) run on them.
 The repacked bytes replace the file's pages in the process (those are dropped from its
 mapping), in one buffer of anonymous memory the kernel may back with huge pages, so a pass
 walks 2 MB pages rather than 4 KB ones. `DRAFTLINE_REPACK=0` keeps the file's blocks.
