@@ -40,6 +40,12 @@ def test_a_rename_finds_the_old_names_as_words():
     assert places(text, 0, [edit]) == [1, 4]
 
 
+def test_a_word_typed_on_at_the_end_of_its_line_is_no_change_to_repeat():
+    text = "    if c\n    pass\n    return [c for c in chunks]\n    x = c"
+    assert places(text, 0, [Edit("    if c", "    if chu", 0)]) == []  # `c` is a name below: not renamed
+    assert pattern_of(Edit("    x = c + 1", "    x = chu + 1", 0)) is not None  # the same change mid-line
+
+
 def test_no_pattern_for_a_change_of_spaces_or_one_the_new_lines_still_hold():
     assert pattern_of(Edit("x = f( a )", "x = f(a)", 0)) is None
     assert pattern_of(Edit("f(a)", "f(a)\nf(a)", 0)) is None  # the old form stands in the new lines

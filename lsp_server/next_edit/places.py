@@ -32,6 +32,7 @@ _STRING = r"""[rRbBuUfF]{0,2}(?:"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')"""
 _TOKEN = re.compile(_STRING + r"""|[A-Za-z_]\w*|\d[\w.]*|\S""")
 _IS_STRING = re.compile(_STRING)
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_WORD = re.compile(r"\w+")
 _ANY_STRING = ""  # in _regex's `strings`: any string on one line stands in
 # Names that mean the same in every place: kept as they are, never abstracted.
 FIXED = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins)) | {"self", "cls"}
@@ -63,11 +64,13 @@ class Pattern:
 
 
 def pattern_of(edit: Edit, loose: bool = False) -> Pattern | None:
-    """The old form of `edit`, or None when no change is left to find (a change of spaces, or
-    one whose old form its new lines hold too). `loose`: the changed span alone, with no context
+    """The old form of `edit`, or None when no change is left to find (a change of spaces, one
+    whose old form its new lines hold too, or a word typed on at the end of its line). `loose`: the changed span alone, with no context
     and the strings it leaves alone any string (where that sprawls, its first change alone), for
     where the whole form stands nowhere: the same change in other text (`set(['a', 'b'])` after
     `x = set(['a'])`, `re.escape(...)` dropped in another call)."""
+    if _typing_on(edit):
+        return None
     old, new = tokens(edit.before), tokens(edit.after)
     b = [t.text for t in new]
     changes = [op for op in difflib.SequenceMatcher(None, [t.text for t in old], b, autojunk=False).get_opcodes()
@@ -112,6 +115,13 @@ def _pattern(edit: Edit, old: list[Token], b: list[str], changes: list[tuple], l
     if compiled.search(edit.after):
         return None
     return Pattern(compiled, tuple(dict.fromkeys(renamed)), edit.before.count("\n", 0, old[lo].start))
+
+
+def _typing_on(edit: Edit) -> bool:
+    """The last word of a line lengthened at its end (`if c` became `if chu`): a word being
+    typed, whose first letters are no name to replace elsewhere."""
+    typed = edit.after[len(edit.before):]
+    return edit.after.startswith(edit.before) and bool(_WORD.fullmatch(edit.before[-1:])) and bool(_WORD.fullmatch(typed))
 
 
 def _named(token: str) -> bool:
