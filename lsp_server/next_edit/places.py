@@ -65,10 +65,11 @@ class Pattern:
 
 def pattern_of(edit: Edit, loose: bool = False) -> Pattern | None:
     """The old form of `edit`, or None when no change is left to find (a change of spaces, one
-    whose old form its new lines hold too, or a word typed on at the end of its line). `loose`: the changed span alone, with no context
-    and the strings it leaves alone any string (where that sprawls, its first change alone), for
-    where the whole form stands nowhere: the same change in other text (`set(['a', 'b'])` after
-    `x = set(['a'])`, `re.escape(...)` dropped in another call)."""
+    whose old form its new lines hold too, or a word typed on at the end of its line). `loose`:
+    the changed span alone, with no context and the strings it leaves alone any string (where
+    that sprawls, its first change alone), for where the whole form stands nowhere: the same
+    change in other text (`set(['a', 'b'])` after `x = set(['a'])`, `re.escape(...)` dropped in
+    another call)."""
     if _typing_on(edit):
         return None
     old, new = tokens(edit.before), tokens(edit.after)

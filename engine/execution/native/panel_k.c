@@ -128,7 +128,7 @@ ALWAYS_INLINE void load_panel_scales(int format, const uint8_t *z, Panel *pn) {
   } else { /* a scale and a min per 32 columns (unit), stored once: the mins' pick spread over pairs */
     const __m256i pairs = _mm256_setr_epi8(0, Z, 0, Z, 1, Z, 1, Z, 8, Z, 8, Z, 9, Z, 9, Z,
                                            0, Z, 0, Z, 1, Z, 1, Z, 8, Z, 8, Z, 9, Z, 9, Z);
-    for (int k = 0; k < 8; k++) pn->ints[k][0] = pn->ints[k][1] = pick_bytes(sc[0], low, k);
+    for (int k = 0; k < 8; k++) pn->ints[k][0] = pick_bytes(sc[0], low, k); /* panel_tokens reads no other */
     for (int b = 0; b < 2; b++)
       for (int i = 0; i < 2; i++) pn->mints[b][i] = pick_bytes(sc[1], pairs, 4 * b + 2 * i);
   }
@@ -169,8 +169,9 @@ ALWAYS_INLINE void repack_panel(const Part *p, int format, int n, int j, uint8_t
    The 16-bit sums of column pairs that share a scale (a unit's 32 columns; 16 in Q6_K) are
    added in 16 bits before one vpmaddwd multiplies them by it: the pair sums are at most
    2 x 15 x 127 (Q4_K), 2 x 31 x 127 (Q5_K) or 2 x 63 x 127 (Q6_K), so four, four or two of them
-   stay within 32,767 and the sums are the integers every route computes. The multiply pipes
-   then run 5 instructions per 128 multiply-adds of a token (6 for Q6_K) where they ran 8. */
+   stay within 32,767 and the sums are the integers every route computes: 5 multiplying
+   instructions per 128 multiply-adds of a token (6 for Q6_K) where 8 ran. That pays where
+   vpmaddwd shares vpmaddubsw's pipes; on Zen 3 it runs beside them and nothing changed. */
 ALWAYS_INLINE void panel_tokens(const Panel *pn, const uint8_t *turned, int format, const Acts *a, int t0, int C, int j,
                                 float acc[][8]) {
   const int K = a->cols, S = sums_per_row(K), B = blocks_per_row(K);
