@@ -293,6 +293,43 @@ async def test_a_cold_answer_is_followed_by_the_full_windows_where_the_user_stil
     assert len(ready) == said  # told only where the screen changes
 
 
+async def test_a_cold_answer_typed_through_gives_way_to_the_full_windows(client: LanguageClient):
+    """The user types the first letter of a cold window's answer before it is improved: the rest,
+    answered at once from the typed-through cache, stands only until the full window's answer at
+    the new spot is ready, which is then the answer there (not the cold one's rest)."""
+    text = "".join(f"def cube_{i}(x):\n    return x * x * x - {i}\n\n\n" for i in range(12)) + "def cube_12(x):\n    "
+    settings = lambda cold: types.DidChangeConfigurationParams(settings={**OPTIONS, "coldPrefillMs": cold})  # noqa: E731
+    client.workspace_did_change_configuration(settings(1))
+    uri = open_doc(client, "typed_cold.py", text)
+    line, col = end_of(text)
+    cold = await client.text_document_inline_completion_async(inline_params(uri, line, col))
+    assert cold is not None and len(cold.items[0].insert_text) > col + 1
+    letter = cold.items[0].insert_text[col]
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        [types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(line, col), types.Position(line, col)), text=letter)]))
+    before = await stats(client)
+    typed = await client.text_document_inline_completion_async(inline_params(uri, line, col + 1))
+    for _ in range(600):
+        if (await stats(client))["improvedWindows"] > before["improvedWindows"]:
+            break
+        await asyncio.sleep(0.1)
+    after = await stats(client)
+    better = await client.text_document_inline_completion_async(inline_params(uri, line, col + 1))
+    close_doc(client, uri)
+    client.workspace_did_change_configuration(settings(0))
+    fresh = open_doc(client, "typed_cold2.py", text + letter)
+    unhurried = await client.text_document_inline_completion_async(inline_params(fresh, *end_of(text + letter)))
+    close_doc(client, fresh)
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={**OPTIONS, "coldPrefillMs": Settings().coldPrefillMs}))
+    assert typed is not None and typed.items[0].insert_text == cold.items[0].insert_text
+    assert after["cacheHits"] == before["cacheHits"] + 1
+    assert after["improvedWindows"] == before["improvedWindows"] + 1
+    assert better is not None and better.items[0].insert_text == unhurried.items[0].insert_text
+
+
 async def test_a_resting_cursor_prefills_its_window_and_bad_params_are_ignored(client: LanguageClient):
     """draftline/cursor (our clients: where the cursor came to rest) prefills the window at the
     end of that line in the background; malformed params are logged, and the server serves on."""

@@ -163,12 +163,14 @@ class DraftlineServer(LanguageServer):
             return None, []
         cursor = plan.cursor
         # An invoked request asks for alternatives: the model runs again.
-        rest = self.typed.lookup(uri, cursor.prefix, cursor.suffix) if alternatives == 1 else None
-        if rest is not None:
+        kept = self.typed.lookup(uri, cursor.prefix, cursor.suffix) if alternatives == 1 else None
+        if kept is not None:
             self.metrics.cache_hits += 1
-            self.typed.remember(uri, cursor.prefix, cursor.suffix, rest)
+            self.typed.remember(uri, cursor.prefix, cursor.suffix, kept.text, kept.whole)
+            if not kept.whole:  # from a cold window: it stands only until the full window's is ready
+                self._improve_later(plan, position, doc.version, kept.text)
             self.metrics.answered((time.perf_counter() - started) * 1000)
-            return cursor, [rest]
+            return cursor, [kept.text]
 
         def work(job: Job) -> list[Suggestion]:
             runs = [suggester.generate(plan, settings, job.cancel, on_prefilled=job.mark_prefilled)]
@@ -223,7 +225,7 @@ class DraftlineServer(LanguageServer):
         for run in runs:
             self.metrics.drafted_tokens += run.stats.drafted
             self.metrics.accepted_tokens += run.stats.accepted
-        self.typed.remember(uri, cursor.prefix, cursor.suffix, runs[0].text)
+        self.typed.remember(uri, cursor.prefix, cursor.suffix, runs[0].text, whole=runs[0].full_prompt is None)
         if runs[0].full_prompt is not None:
             self.metrics.cold_windows += 1
             self._improve_later(plan, position, version, runs[0].text)
@@ -271,7 +273,8 @@ class DraftlineServer(LanguageServer):
         asyncio.get_running_loop().call_later(EXTEND_IDLE_S, start)
 
     def _improve_later(self, plan: Plan, position: types.Position, version: int, shown: str) -> None:
-        """A cold window answered at `position` (document `version`): as idle work, write the
+        """An answer from a cold window is on screen at `position` (document `version`), written
+        there or typed through to it: as idle work, write the
         suggestion again from a window WIDER_STAGE times as long to prefill, then prefill the full
         window (its start stays cached for the next request when one cuts it short) and write it
         from that, each while the document has not changed. Where an answer differs from the one
@@ -309,8 +312,9 @@ class DraftlineServer(LanguageServer):
             self.metrics.improved_windows += 1
         else:
             self.metrics.widened_windows += 1
+        if text and (text != shown or whole):  # the same text, now known to be the full window's
+            self.typed.remember(plan.uri, plan.cursor.prefix, plan.cursor.suffix, text, whole)
         if text and text != shown:
-            self.typed.remember(plan.uri, plan.cursor.prefix, plan.cursor.suffix, text)
             self.protocol.notify(SUGGESTION_READY, {"uri": plan.uri, "position": {
                 "line": position.line, "character": position.character}})
         if text and whole:
