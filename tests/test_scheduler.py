@@ -88,3 +88,16 @@ async def test_a_cursor_at_rest_elsewhere_and_a_closed_document_cancel_their_wor
     scheduler.cancel("b.py")
     assert await asyncio.wait_for(suggestion.future, 5) == "cancelled"
     scheduler.shutdown()
+
+
+def test_an_interrupt_stops_a_step_and_follows_its_jobs_cancel():
+    from lsp_server.serving.scheduler import Interrupt
+
+    cancel = threading.Event()
+    step = Interrupt(cancel)
+    assert not step.is_set() and not step.wait(0.01)
+    step.set()  # the document was edited: the step stops, the job does not
+    assert step.is_set() and not cancel.is_set()
+    later = Interrupt(cancel)
+    cancel.set()  # the job is cancelled: so is every step of it
+    assert later.is_set() and later.wait(0.01)

@@ -40,6 +40,21 @@ class Job:
         self.future.get_loop().call_soon_threadsafe(self.prefilled.set)
 
 
+class Interrupt(threading.Event):
+    """A cancel flag for one step of a job: set by a cause of its own (the document edited), and
+    set whenever the job's own flag is. The job goes on after the step it stops."""
+
+    def __init__(self, job_cancel: threading.Event) -> None:
+        super().__init__()
+        self._job = job_cancel
+
+    def is_set(self) -> bool:
+        return super().is_set() or self._job.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return super().wait(timeout) or self._job.is_set()
+
+
 class Scheduler:
     def __init__(self) -> None:
         # All model work happens on this single thread: the engine is not reentrant.

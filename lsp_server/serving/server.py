@@ -18,13 +18,14 @@ from pygls.uris import to_fs_path
 from engine.api import CompletionEngine, Sampling
 from engine.errors import EngineError
 from engine.stdout_guard import claim_stdout
+from lsp_server.completion.cold_window import settled
 from lsp_server.completion.prompt import Cursor
 from lsp_server.serving.documents import Documents
 from lsp_server.engines import open_engine
 from lsp_server.serving.metrics import Metrics
 from lsp_server.serving.next_edits import NEXT_EDIT, NextEdits, json_field, parse as parse_next_edit
 from lsp_server.serving.protocol import AnsweringProtocol
-from lsp_server.serving.scheduler import Job, Scheduler, Superseded
+from lsp_server.serving.scheduler import Interrupt, Job, Scheduler, Superseded
 from lsp_server.options import Settings, merge, model_settings
 from lsp_server.completion.suggester import REMEMBER_BEFORE, Plan, Suggester, Suggestion, plan as plan_at
 from lsp_server.completion.typed_through import TypedThroughCache, next_indent
@@ -64,6 +65,7 @@ class DraftlineServer(LanguageServer):
         self._pending_index: dict[str, asyncio.TimerHandle] = {}
         self._rests: dict[str, int] = {}  # uri -> how many times the cursor came to rest there
         self._resting: tuple[str, int] | None = None  # (uri, line) where it rests now: prefilled once a model loads
+        self._edits: dict[str, Interrupt] = {}  # uri -> what an edit of it stops in its idle work
 
     # --- status and model -----------------------------------------------------------------
     def status(self, message: str = "") -> None:
@@ -131,6 +133,11 @@ class DraftlineServer(LanguageServer):
             handle.cancel()
         loop = asyncio.get_running_loop()
         self._pending_index[uri] = loop.call_later(INDEX_DELAY_S, self.index_document, uri)
+
+    def edited(self, uri: str) -> None:
+        """The document changed: its idle work stops what the edit made stale."""
+        if (interrupt := self._edits.pop(uri, None)) is not None:
+            interrupt.set()
 
     def close_document(self, uri: str) -> None:
         """Forget what was kept for an open document; the workspace's copy of the file, if it
@@ -274,12 +281,14 @@ class DraftlineServer(LanguageServer):
 
     def _improve_later(self, plan: Plan, position: types.Position, version: int, shown: str) -> None:
         """An answer from a cold window is on screen at `position` (document `version`), written
-        there or typed through to it: as idle work, write the
-        suggestion again from a window WIDER_STAGE times as long to prefill, then prefill the full
-        window (its start stays cached for the next request when one cuts it short) and write it
-        from that, each while the document has not changed. Where an answer differs from the one
-        on screen, it replaces it in the typed-through cache and the client is told to ask again:
-        the screen gets better while the user waits, and again when the full window is ready."""
+        there or typed through to it: as idle work, write the suggestion again from a window
+        WIDER_STAGE times as long to prefill, then prefill the full window (its start stays
+        cached for the next request when one cuts it short) and write it from that, each while
+        the document has not changed. Where an answer differs from the one on screen, it replaces
+        it in the typed-through cache and the client is told to ask again: the screen gets better
+        while the user waits, and again when the full window is ready. An edit stops what it
+        makes stale at once, but the full window's start, up to the cursor's line, is prefilled
+        still: the user typing on there, the next spots' prompts start with it."""
         engine, suggester, settings, loop = self.engine, self.suggester, self.settings, asyncio.get_running_loop()
         wider = dataclasses.replace(settings, coldPrefillMs=settings.coldPrefillMs * WIDER_STAGE)
 
@@ -288,20 +297,28 @@ class DraftlineServer(LanguageServer):
             return not job.cancel.is_set() and doc is not None and doc.version == version
 
         def improve(job: Job) -> None:
-            on_screen = shown
-            widened = suggester.generate(plan, wider, job.cancel, widen=True)
-            if not unchanged(job):
+            on_screen, edit = shown, Interrupt(job.cancel)
+            self._edits[plan.uri] = edit
+            if not unchanged(job):  # an edit before the flag was kept
+                edit.set()
+            widened = suggester.generate(plan, wider, edit, widen=True)
+            if unchanged(job):
+                whole = widened.full_prompt is None  # the full window prefilled within the wider stage
+                loop.call_soon_threadsafe(self._improved, plan, position, on_screen, widened.text, whole)
+                if whole:
+                    return
+                on_screen = widened.text or on_screen
+            elif widened.full_prompt is None:
                 return
-            whole = widened.full_prompt is None  # the full window prefilled within the wider stage
-            loop.call_soon_threadsafe(self._improved, plan, position, on_screen, widened.text, whole)
-            if whole:
+            full = engine.prompt_tokens(widened.full_prompt)
+            # Edited or not: while the user types on at the cursor's line, the prompts of the
+            # spots that follow start with what comes before it.
+            engine.prefill(settled(full, engine.tokenizer), job.cancel)
+            if edit.is_set():
                 return
-            on_screen = widened.text or on_screen
-            engine.prefill(engine.prompt_tokens(widened.full_prompt), job.cancel)
-            if not unchanged(job):
-                return
-            better = suggester.generate(plan, settings, job.cancel, whole=True)
-            if not job.cancel.is_set():
+            engine.prefill(full, edit)
+            better = suggester.generate(plan, settings, edit, whole=True)
+            if not edit.is_set():
                 loop.call_soon_threadsafe(self._improved, plan, position, on_screen, better.text, True)
 
         self._idle_later(plan.uri, ("improve", plan.cursor.prefix), improve)
@@ -402,6 +419,7 @@ def did_change(ls: DraftlineServer, params: types.DidChangeTextDocumentParams) -
                   if isinstance(c, types.TextDocumentContentChangePartial))  # not a whole new text
     ls.documents.change(uri, doc.source, doc.version, lines)
     ls.next_edits.changed(uri, doc.source, params.content_changes)
+    ls.edited(uri)
     ls.index_later(uri)
 
 
