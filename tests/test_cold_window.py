@@ -166,20 +166,3 @@ def test_a_cold_window_starts_with_the_best_definitions_that_fit_a_third_of_it(s
     grown, _ = grown_prompt(below, tok, 240, shown, head)
     assert grown[:len(tok.with_bos(head))] == tok.with_bos(head)  # the same head: still cached
     assert "value_199 = area(199)\nvalue_200 = area(200)\n" in tok.decode(grown)
-
-
-def test_settled_is_the_prompt_before_the_cursors_line(small_tokenizer):
-    from lsp_server.completion.cold_window import settled
-    from lsp_server.completion.prompt import Cursor, fim_prompt
-
-    tok = _qwen_like(small_tokenizer)
-    lines = "".join(f"value_{i} = compute({i})\n" for i in range(40))
-    full = fim_prompt(tok, lines + "    ret", "\nprint(value_0)\n")
-    typed_on = fim_prompt(tok, lines + "    return value_39\n    ", "\nprint(value_0)\n")
-    start = settled(full, tok)
-    text = tok.decode(start[1:])  # whole lines, not the cursor's, nor the suffix (the last line's
-    assert lines.startswith(text) and text.endswith(("(38)\n", "(39)\n"))  # end may share a token with it)
-    assert typed_on[:len(start)] == start  # the prompt after the user typed on begins with it
-    plain = tok.encode(lines + "    ret")
-    tok.fim = None
-    assert lines.startswith(tok.decode(settled(plain, tok))) and tok.decode(settled(plain, tok)).endswith(("(38)\n", "(39)\n"))

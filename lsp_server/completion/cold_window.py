@@ -191,12 +191,3 @@ def warm_start(full: list[int], cached: int, cursor: Cursor, tokenizer: Tokenize
     suffix = suffix_window(cursor.suffix, tokenizer, int(tokens * SUFFIX_SHARE))
     near = cold_prefix(window[len(kept):], tokenizer, max(32, tokens - len(tokenizer.encode(suffix))))
     return [*full[:cut], *tokenizer.encode(near), fim.suffix, *tokenizer.encode(suffix), fim.middle]
-
-
-def settled(full: list[int], tokenizer: Tokenizer) -> list[int]:
-    """The start of the `full` prompt that stays while the user types on at the cursor: up to
-    the last line end before the cursor's line (FIM: before its suffix marker). Prefilled while
-    the user types, it is the start of the prompts at the spots that follow."""
-    fim = tokenizer.fim
-    end = full.index(fim.suffix) if fim is not None and fim.suffix in full else len(full)
-    return full[:_line_end_at_or_before(full, 0, end, tokenizer)]

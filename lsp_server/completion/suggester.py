@@ -158,9 +158,8 @@ class Suggester:
         `settings.windowTokens` long (null: `auto_window` of this machine's prefill rate), and a
         request may prefill for `settings.coldPrefillMs` (0: as long as the full window takes).
         Shortened, in this order: the last cold window of the document grown down to the cursor
-        (while it prefills in time and stays shorter than the full prompt, and the cache holds
-        less of the full prompt than a cold window would show), the cached start of the full
-        prompt with a cold window of the rest, a cold window (after the best of the
+        (while it prefills in time and stays shorter than the full prompt), the cached start of
+        the full prompt with a cold window of the rest, a cold window (after the best of the
         other files' definitions: `cold_head`). `widen`: a window chosen afresh, never the last
         cold window grown (at the same spot, that is the same window)."""
         engine, name = self.engine, self.documents.repository.name
@@ -170,15 +169,14 @@ class Suggester:
         if not allowed_s or engine.prefill_seconds(full) <= allowed_s:
             return full, None
         fits = max(MIN_COLD_TOKENS, int(engine.prefill_tokens_per_s() * allowed_s))
-        cached = engine.cached_tokens(full)
-        if not widen and self._cold is not None and self._cold[0] == path and cached < fits:
+        if not widen and self._cold is not None and self._cold[0] == path:
             grown = grown_prompt(cursor, engine.tokenizer, fits, self._cold[1], self._cold[2])
             if grown is not None:
                 tokens = engine.prompt_tokens(grown[0])
                 if len(tokens) <= len(engine.prompt_tokens(full)) and engine.prefill_seconds(tokens) <= allowed_s:
                     self._cold = path, grown[1], self._cold[2]
                     return grown[0], full
-        warm = warm_start(full, cached, cursor, engine.tokenizer, fits)
+        warm = warm_start(full, engine.cached_tokens(full), cursor, engine.tokenizer, fits)
         if warm is not None:
             return warm, full
         head = cold_head(blocks, engine.tokenizer, fits, path, name)

@@ -18,7 +18,6 @@ from pygls.uris import to_fs_path
 from engine.api import CompletionEngine, Sampling
 from engine.errors import EngineError
 from engine.stdout_guard import claim_stdout
-from lsp_server.completion.cold_window import settled
 from lsp_server.completion.prompt import Cursor
 from lsp_server.serving.documents import Documents
 from lsp_server.engines import open_engine
@@ -286,9 +285,8 @@ class DraftlineServer(LanguageServer):
         cached for the next request when one cuts it short) and write it from that, each while
         the document has not changed. Where an answer differs from the one on screen, it replaces
         it in the typed-through cache and the client is told to ask again: the screen gets better
-        while the user waits, and again when the full window is ready. An edit stops what it
-        makes stale at once, but the full window's start, up to the cursor's line, is prefilled
-        still: the user typing on there, the next spots' prompts start with it."""
+        while the user waits, and again when the full window is ready. An edit stops the answers
+        it makes stale at once (a prefill under way goes on: its start is the next request's)."""
         engine, suggester, settings, loop = self.engine, self.suggester, self.settings, asyncio.get_running_loop()
         wider = dataclasses.replace(settings, coldPrefillMs=settings.coldPrefillMs * WIDER_STAGE)
 
@@ -299,24 +297,19 @@ class DraftlineServer(LanguageServer):
         def improve(job: Job) -> None:
             on_screen, edit = shown, Interrupt(job.cancel)
             self._edits[plan.uri] = edit
-            if not unchanged(job):  # an edit before the flag was kept
-                edit.set()
-            widened = suggester.generate(plan, wider, edit, widen=True)
-            if unchanged(job):
-                whole = widened.full_prompt is None  # the full window prefilled within the wider stage
-                loop.call_soon_threadsafe(self._improved, plan, position, on_screen, widened.text, whole)
-                if whole:
-                    return
-                on_screen = widened.text or on_screen
-            elif widened.full_prompt is None:
+            if not unchanged(job):  # edited before the flag was kept
                 return
-            full = engine.prompt_tokens(widened.full_prompt)
-            # Edited or not: while the user types on at the cursor's line, the prompts of the
-            # spots that follow start with what comes before it.
-            engine.prefill(settled(full, engine.tokenizer), job.cancel)
+            widened = suggester.generate(plan, wider, edit, widen=True)
             if edit.is_set():
                 return
-            engine.prefill(full, edit)
+            whole = widened.full_prompt is None  # the full window prefilled within the wider stage
+            loop.call_soon_threadsafe(self._improved, plan, position, on_screen, widened.text, whole)
+            if whole:
+                return
+            on_screen = widened.text or on_screen
+            engine.prefill(engine.prompt_tokens(widened.full_prompt), job.cancel)
+            if not unchanged(job):
+                return
             better = suggester.generate(plan, settings, edit, whole=True)
             if not edit.is_set():
                 loop.call_soon_threadsafe(self._improved, plan, position, on_screen, better.text, True)
