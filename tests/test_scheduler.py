@@ -90,7 +90,7 @@ async def test_a_cursor_at_rest_elsewhere_and_a_closed_document_cancel_their_wor
     scheduler.shutdown()
 
 
-def test_an_interrupt_stops_a_step_and_follows_its_jobs_cancel():
+async def test_an_interrupt_stops_a_step_and_follows_its_jobs_cancel():
     from lsp_server.serving.scheduler import Interrupt
 
     cancel = threading.Event()
