@@ -330,6 +330,35 @@ async def test_a_cold_answer_typed_through_gives_way_to_the_full_windows(client:
     assert better is not None and better.items[0].insert_text == unhurried.items[0].insert_text
 
 
+async def test_a_cold_answers_improvement_resumes_after_a_next_edit_prediction(client: LanguageClient):
+    """Editors ask for a next edit at the same pause as the suggestion: that background work
+    cancels the idle improvement of a cold answer, which starts again after it."""
+    text = "".join(f"def half_{i}(x):\n    return x / 2 + {i}\n\n\n" for i in range(12)) + "def half_12(x):\n    "
+    edited = text.replace("half_0(x)", "half_0(y)")
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={**OPTIONS, "coldPrefillMs": 1}))
+    uri = open_doc(client, "resume.py", text)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        [types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(0, 11), types.Position(0, 12)), text="y")]))
+    before = await stats(client)
+    await client.text_document_inline_completion_async(inline_params(uri, *end_of(edited)))
+    await asyncio.sleep(0.5)  # the improvement has started
+    await client.protocol.send_request_async("draftline/nextEdit", {
+        "textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}, "version": 2})
+    for _ in range(600):
+        if (await stats(client))["improvedWindows"] > before["improvedWindows"]:
+            break
+        await asyncio.sleep(0.1)
+    after = await stats(client)
+    close_doc(client, uri)
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={**OPTIONS, "coldPrefillMs": Settings().coldPrefillMs}))
+    assert after["coldWindows"] == before["coldWindows"] + 1
+    assert after["improvedWindows"] == before["improvedWindows"] + 1
+
+
 async def test_a_resting_cursor_prefills_its_window_and_bad_params_are_ignored(client: LanguageClient):
     """draftline/cursor (our clients: where the cursor came to rest) prefills the window at the
     end of that line in the background; malformed params are logged, and the server serves on."""

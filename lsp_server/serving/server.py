@@ -65,6 +65,7 @@ class DraftlineServer(LanguageServer):
         self._rests: dict[str, int] = {}  # uri -> how many times the cursor came to rest there
         self._resting: tuple[str, int] | None = None  # (uri, line) where it rests now: prefilled once a model loads
         self._edits: dict[str, Interrupt] = {}  # uri -> what an edit of it stops in its idle work
+        self._idle: dict[str, object] = {}  # uri -> the spot of the idle work last asked for it
 
     # --- status and model -----------------------------------------------------------------
     def status(self, message: str = "") -> None:
@@ -150,6 +151,8 @@ class DraftlineServer(LanguageServer):
             handle.cancel()
         self.documents.close(uri)
         self._rests.pop(uri, None)
+        self._idle.pop(uri, None)
+        self._edits.pop(uri, None)
         if self._resting is not None and self._resting[0] == uri:
             self._resting = None
 
@@ -266,17 +269,27 @@ class DraftlineServer(LanguageServer):
     def _idle_later(self, uri: str, spot: object, work: Callable[[Job], None]) -> None:
         """Run `work` on the model thread as idle work (any request cancels it) once requests for
         `uri` have paused EXTEND_IDLE_S, unless one came, the cursor moved to rest elsewhere, the
-        document was closed or the model changed meanwhile."""
+        document was closed, the model changed or newer idle work for `uri` was asked for
+        meanwhile. Cancelled by other background work (a next-edit prediction the editor asked
+        for at the same pause), it starts again after it on the same terms."""
         arrivals, rests, engine = self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine
+        self._idle[uri] = spot
+
+        def still_wanted() -> bool:
+            return (self.documents.get(uri) is not None and self._idle.get(uri) == spot
+                    and (self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine) == (arrivals, rests, engine))
 
         def start() -> None:
-            if self.documents.get(uri) is None:
-                return
-            if (self.scheduler.arrivals(uri), self._rests.get(uri, 0), self.engine) == (arrivals, rests, engine):
-                job, _ = self.scheduler.submit(uri, spot, work, idle=True)
-                job.future.add_done_callback(_log_failure)
+            if still_wanted():
+                job, created = self.scheduler.submit(uri, spot, work, idle=True)
+                if created:
+                    job.future.add_done_callback(_log_failure)
+                    job.future.add_done_callback(lambda _: job.cancel.is_set() and still_wanted() and again())
 
-        asyncio.get_running_loop().call_later(EXTEND_IDLE_S, start)
+        def again() -> None:
+            asyncio.get_running_loop().call_later(EXTEND_IDLE_S, start)
+
+        again()
 
     def _improve_later(self, plan: Plan, position: types.Position, version: int, shown: str) -> None:
         """An answer from a cold window is on screen at `position` (document `version`), written
