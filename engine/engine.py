@@ -200,14 +200,16 @@ class Engine:
     def _slot_for(self, tokens: Sequence[int]) -> tuple[int, int]:
         """The completions' KV cache for a prompt, and how many of its first tokens it holds:
         the one that holds the most of it, where that is at least half of what it holds (the
-        prompt goes on from a cached one); else an empty one, else the one chosen longest ago.
+        prompt goes on from a cached one; a cancelled prefill's part-done tokens count as
+        held); else an empty one, else the one chosen longest ago.
         So a new spot's prompt does not evict the window of the spot before it."""
-        held = {slot: common_prefix(self.target.tokens_in(slot), tokens) for slot in self._slots}
-        going_on = [s for s in self._slots if held[s] and 2 * held[s] >= len(self.target.tokens_in(s))]
+        kept = {slot: self.target.tokens_in(slot) + self.target.resumable(slot) for slot in self._slots}
+        held = {slot: common_prefix(kept[slot], tokens) for slot in self._slots}
+        going_on = [s for s in self._slots if held[s] and 2 * held[s] >= len(kept[s])]
         if going_on:
             slot = max(going_on, key=held.get)
         else:
-            slot = min(self._slots, key=lambda s: (bool(self.target.tokens_in(s)), self._slot_used[s]))
+            slot = min(self._slots, key=lambda s: (bool(kept[s]), self._slot_used[s]))
         return slot, held[slot]
 
     def _use_slot(self, tokens: Sequence[int]) -> None:

@@ -1,4 +1,6 @@
 """KV cache: rollback, prefix reuse, and tree attention against fresh computation (fp32)."""
+import threading
+
 import pytest
 import torch
 
@@ -140,3 +142,38 @@ def test_the_last_spots_prompts_stay_cached_each_in_a_completions_cache():
     engine.forget_cache()
     assert all(engine.cached_tokens(spot) == 0 for spot in spots)
     assert engine.complete(spots[0], Request(8), "lookup").tokens == first[0].tokens
+
+
+@pytest.mark.integration  # the embedded model
+def test_a_request_goes_on_with_the_prefill_it_cancelled():
+    """A prefill cancelled within its first pass (an idle prefill a request cut short) counts
+    its part-done tokens as held: the request whose prompt starts with them runs in that cache
+    and goes on from the layer the pass reached, the other spot's cache stays as it was, and
+    the output is what an engine with an empty cache writes."""
+    from engine.api import Request
+    from engine.engine import Engine
+    from tests.models import SMALL
+
+    engine = Engine.load(SMALL, dtype="gguf", threads=2)
+    code = stdlib_text("textwrap.py")
+    other, prompt = code[5000:6200], code[:1500]
+    engine.complete(other, Request(4), "ar")
+    target, cancel = engine.target, threading.Event()
+    prefill_pass = target.prefill_pass
+
+    def cancelled_in_flight(tokens, cancel):
+        cancel.set()
+        return prefill_pass(tokens, cancel)
+
+    target.prefill_pass = cancelled_in_flight
+    try:
+        engine.prefill(engine.prompt_tokens(code[:3000]), cancel)
+    finally:
+        del target.prefill_pass
+    slot, part_done = target._cache, target.resumable(target._cache)
+    assert target.length == 0 and part_done and engine.cached_tokens(prompt) == len(part_done)
+    written = engine.complete(prompt, Request(12), "lookup")
+    assert target._cache == slot and target.resumable(slot) == []
+    assert engine.cached_tokens(other) > 200
+    engine.forget_cache()
+    assert engine.complete(prompt, Request(12), "lookup").tokens == written.tokens

@@ -448,6 +448,49 @@ def test_a_cancelled_prefill_pass_stops_after_the_layer_in_flight():
     assert np.array_equal(model.forward(tokens[PREFIX:PREFIX + 4]), got)
 
 
+@pytest.mark.integration  # the embedded model loaded whole
+def test_a_stopped_prefill_goes_on_from_the_layer_it_reached():
+    """A cancelled prefill pass keeps the layers it did: the next prefill pass in that KV cache
+    that starts with its tokens goes on from there (here one layer per pass, the cancel set
+    before each), also after passes in another cache, and the cache then computes what an
+    uninterrupted prefill does, bit for bit. A pass that shares only its first tokens finishes
+    those and leaves the rest resumable; a pass of other tokens drops it."""
+    model, _ = load_model(SMALL)
+    tokens, layers = _embedded_tokens(), model.config.n_layers
+    cancel = threading.Event()
+    cancel.set()
+    model.truncate(0)
+    model.forward(tokens[:100], logits=False)
+    untouched = np.uint16(0x7FC1)  # a NaN no pass writes
+    model.k_cache[:, :, 100:PREFIX] = untouched
+    for done in range(1, layers):
+        assert model.prefill_pass(tokens[100:PREFIX], cancel) is False
+        assert model.length == 100 and model.resumable(0) == tokens[100:PREFIX]
+        assert (model.k_cache[:done, :, 100:PREFIX] != untouched).all()
+        assert (model.k_cache[done:, :, 100:PREFIX] == untouched).all()
+        model.use_cache(1)  # another cache's passes leave it be
+        model.forward(tokens[:8], logits=False)
+        model.use_cache(0)
+    assert model.prefill_pass(tokens[100:PREFIX], cancel) is True  # the last layer: nothing to stop
+    assert model.length == PREFIX and model.resumable(0) == []
+    got = model.forward(tokens[PREFIX:PREFIX + 4])
+
+    model.truncate(100)
+    assert model.prefill_pass(tokens[100:PREFIX], cancel) is False
+    model.forward(tokens[100:130], logits=False)  # finishes these, from layer 1
+    assert model.length == 130 and model.resumable(0) == tokens[130:PREFIX]
+    model.forward(tokens[130:PREFIX], logits=False)
+    assert np.array_equal(model.forward(tokens[PREFIX:PREFIX + 4]), got)
+
+    model.truncate(100)
+    assert model.prefill_pass(tokens[100:PREFIX], cancel) is False
+    model.forward(tokens[101:PREFIX], logits=False)  # other tokens at these positions
+    assert model.resumable(0) == []
+    model.truncate(0)
+    model.forward(tokens[:PREFIX], logits=False)
+    assert np.array_equal(model.forward(tokens[PREFIX:PREFIX + 4]), got)
+
+
 def test_the_probes_give_bench_kernels_a_peak_and_a_read_rate_to_measure_against(library):
     """probe.c's two ceilings are positive rates, and `bench --kernels` gives a pass its share of
     each: int8 operations (2 per weight and token) over the peak, the weights' bytes at the read

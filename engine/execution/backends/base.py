@@ -43,6 +43,7 @@ class Backend(ABC):
 
     vocab_size: int
     max_len: int
+    _cache = 0  # which KV cache is in use (`use_cache`)
 
     def __init__(self) -> None:
         self.tokens: list[int] = []
@@ -162,6 +163,11 @@ class Backend(ABC):
         """The tokens KV cache number `cache` holds."""
         return self.tokens if cache == 0 else []
 
+    def resumable(self, cache: int) -> list[int]:
+        """The tokens after those KV cache number `cache` holds that a cancelled prefill pass left
+        part done there: a prefill that starts with them goes on from where it stopped."""
+        return []
+
     def sync(self, prompt: Sequence[int], cancel: threading.Event | None = None) -> int:
         """Make the cache hold exactly `prompt`, reusing the longest common prefix.
 
@@ -177,9 +183,10 @@ class Backend(ABC):
             # short chunks only where a request may cancel the prefill: nothing waits otherwise
             size = self.prefill_chunk if cancel is not None else PREFILL_CHUNK
             chunk, rest, start = rest[:size], rest[size:], time.perf_counter()
+            resumed = common_prefix(self.resumable(self._cache), chunk) > 0
             if not self.prefill_pass(chunk, cancel):
                 break
-            if len(chunk) >= MEASURED_CHUNK:
+            if len(chunk) >= MEASURED_CHUNK and not resumed:  # a resumed chunk's time is a part's
                 took = time.perf_counter() - start
                 tokens, seconds = self.prefilled
                 self.prefilled = (tokens + len(chunk), seconds + took)
@@ -230,7 +237,6 @@ class ArrayCache(Backend):
     k_cache: np.ndarray
     v_cache: np.ndarray
     features: np.ndarray | None
-    _cache = 0  # which KV cache the arrays are
     _other_caches: dict | None = None  # the others: number -> (tokens, k, v, features)
 
     def use_cache(self, cache: int) -> None:

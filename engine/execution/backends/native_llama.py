@@ -17,16 +17,33 @@ from functools import cached_property
 
 import numpy as np
 
-from engine.execution.backends.base import ArrayCache, Capabilities, pass_positions
+from engine.execution.backends.base import ArrayCache, Capabilities, common_prefix, pass_positions
 from engine.errors import EngineError
 from engine.execution.plan import STORED
 from engine.loading.formats.gguf_blocks import BlockMatrix, BlockStack
-from engine.execution.native import NativeDecoder, load_library
+from engine.execution.native import NativeDecoder, Stopped, load_library
 from engine.loading.weights import LoadedWeights
 
 
 class _Stopped(Exception):
     """A pass that `prefill_pass`'s cancel stopped: nothing was appended."""
+
+
+@dataclass(frozen=True)
+class _Partial:
+    """A prefill pass a cancel stopped at cache position `start`: `tokens`' keys and values are
+    written in its first `stopped.layers` layers, and `stopped.residual` is their stream after
+    them. A prefill that starts with some of these tokens there goes on from that layer."""
+    start: int
+    tokens: tuple[int, ...]
+    stopped: Stopped
+
+    def after(self, n: int) -> _Partial | None:
+        """The part past its first `n` tokens (None if none): each token depends only on those
+        before it, so the rest stays valid once the first `n` are done."""
+        if n >= len(self.tokens):
+            return None
+        return _Partial(self.start + n, self.tokens[n:], Stopped(self.stopped.layers, self.stopped.residual[n:]))
 
 
 @dataclass
@@ -84,6 +101,8 @@ class NativeLlama(ArrayCache):
         if lib is None or not NativeDecoder.supports(self):
             raise EngineError(f"{weights.source}: the native decoder cannot compute this model here")
         self.native = NativeDecoder(lib, self)
+        # Per KV cache: the prefill pass a cancel stopped there, while nothing else has run in it.
+        self._partials: dict[int, _Partial] = {}
 
     @cached_property  # fixed once loaded; read every request
     def capabilities(self) -> Capabilities:
@@ -141,11 +160,10 @@ class NativeLlama(ArrayCache):
     def prefill_pass(self, tokens: Sequence[int], cancel: threading.Event | None) -> bool:
         """One prefill pass, which `cancel` stops after the layer in flight (15-80 ms for the
         1.5B on two cores, where waiting for the chunk took up to CANCEL_WAIT_S): the C code
-        reads a flag that a watcher sets from the event. The chunk's work is lost then, so
-        chunks stay about CANCEL_WAIT_S long (base.py): a 256-token chunk stopped by every
-        keystroke of a typing burst left a cold file's full window unprefilled, and the
-        requests at the next pauses on short windows (measured in Neovim: none of 6 lines as
-        the file has them, against 2 of 6)."""
+        reads a flag that a watcher sets from the event. Nothing is appended then, but the
+        layers done are kept: the next prefill pass in this cache that starts with these
+        tokens goes on from there (a request whose prompt shares the start of an idle prefill
+        it cancelled, or that prefill resumed after the request ran in another cache)."""
         if cancel is None:
             self.forward(tokens, logits=False)
             return True
@@ -168,6 +186,10 @@ class NativeLlama(ArrayCache):
             done.set()
             watcher.join()
 
+    def resumable(self, cache: int) -> list[int]:
+        partial = self._partials.get(cache)
+        return list(partial.tokens) if partial is not None and partial.start == len(self.tokens_in(cache)) else []
+
     def forward(self, tokens: Sequence[int], parents: Sequence[int] | None = None,
                 logits: bool = True) -> np.ndarray | None:
         return self._pass(tokens, parents, logits, None)
@@ -179,12 +201,26 @@ class NativeLlama(ArrayCache):
             raise ValueError("forward needs at least one token")
         if start + n > self.max_len:
             raise EngineError(f"context full: {start + n} tokens > cache of {self.max_len}")
+        # Any pass in this cache but the stopped one's continuation overwrites what it left.
+        partial = self._partials.pop(self._cache, None)
+        shared = 0 if partial is None or parents is not None or logits or partial.start != start \
+            else common_prefix(partial.tokens, tokens)
+        if 0 < shared < n:  # the stopped pass's tokens first, then the rest from the first layer
+            self._partials[self._cache] = partial
+            self._pass(tokens[:shared], None, False, stop)
+            return self._pass(tokens[shared:], None, False, stop)
         pos, local = pass_positions(start, n, parents)
         threads = self.plan.threads_for(n) or self.threads
-        ran = self.native.forward(self.native.embed(self.embed, tokens), start, pos, local, logits, threads, stop,
-                                  states=self.features is not None)
-        if ran is None:
+        x, first = self.native.embed(self.embed, tokens), 0
+        if shared:
+            x, first = partial.stopped.residual[:n], partial.stopped.layers
+        ran = self.native.forward(x, start, pos, local, logits, threads, stop,
+                                  states=self.features is not None, first_layer=first)
+        if isinstance(ran, Stopped):
+            self._partials[self._cache] = _Partial(start, tuple(tokens), ran)
             raise _Stopped
+        if shared and (rest := partial.after(n)) is not None:
+            self._partials[self._cache] = rest
         x, out = ran
         self.tokens.extend(tokens)
         if self.features is not None:

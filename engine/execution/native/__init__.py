@@ -26,6 +26,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -42,7 +43,7 @@ log = logging.getLogger("draftline")
 SOURCES = [Path(__file__).with_name(name)
            for name in ("decoder.c", "matmul.c", "amx.c", "narrow.c", "narrow_k.c", "panel_k.c", "panel_zmm.c",
                         "probe.c", "quantize.c", "formats.h", "native.h", "narrow.h", "product.h")]
-_ABI = 3  # decoder.c's draftline_abi(): the structs and calls below mirror its own
+_ABI = 4  # decoder.c's draftline_abi(): the structs and calls below mirror its own
 # -ffp-contract=off: a product and a sum fused in one copy of a loop and not in another would
 # round differently, and every copy of a kernel must compute alike (decoder.c).
 _FLAGS = ["-O3", "-ffp-contract=off", "-shared", "-fPIC", "-pthread"]
@@ -106,7 +107,7 @@ def _load(path: Path) -> ctypes.CDLL:
         raise OSError(f"{path.name}: ABI {lib.draftline_abi()}, expected {_ABI}")
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.draftline_forward.restype = i
-    lib.draftline_forward.argtypes = [p, i, i, p, p, p, p, i, i, p]
+    lib.draftline_forward.argtypes = [p, i, i, p, p, p, p, i, i, p, i]
     lib.draftline_matmul.restype = i
     lib.draftline_matmul.argtypes = [p, i, p, p]
     lib.draftline_rows.argtypes = [p, p, i, p]
@@ -305,6 +306,14 @@ def _mapped_blocks(model) -> set[int]:
             if isinstance(p, BlockMatrix) and p.mapped}
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """A pass that its stop flag ended after `layers` layers: its positions' keys and values in
+    those layers are written, and `residual` is their stream after them."""
+    layers: int
+    residual: np.ndarray
+
+
 class NativeDecoder:
     """Runs the passes of one model in C (engine/execution/backends/native_llama.py, or a quantized
     TorchLlama), on the weights and bf16 KV cache the model owns; it keeps the rotary tables,
@@ -384,14 +393,14 @@ class NativeDecoder:
         return _rows(self.lib, self._embedding[1], ids)
 
     def forward(self, x, start: int, positions: np.ndarray, local: np.ndarray, logits: bool, threads: int,
-                stop: ctypes.c_int | None = None, states: bool = True
-                ) -> tuple[np.ndarray | None, np.ndarray | None] | None:
+                stop: ctypes.c_int | None = None, states: bool = True, first_layer: int = 0
+                ) -> tuple[np.ndarray | None, np.ndarray | None] | Stopped:
         """x [n, hidden] at cache positions start..start+n (rotary `positions`; `local` [n, n]
         bool: which new tokens each may attend to). Returns the final normed hidden states
         (float32; None where neither `states` nor `logits` asked for them: such a pass skips
         the last layer past its keys and values) and float32 logits [n, head rows] (None
-        unless `logits`); or None where `stop` was set while it ran (the pass ended after the
-        layer in flight: the caller drops these positions)."""
+        unless `logits`); or `Stopped` where `stop` was set while it ran (the pass ended after
+        the layer in flight). `first_layer`: go on with a stopped pass, x its residual."""
         n = len(x)
         x = np.array(_floats(x), copy=True)  # the C code writes the normed states into it
         pos = np.ascontiguousarray(positions, dtype=np.int32)
@@ -401,10 +410,10 @@ class NativeDecoder:
         self.scratch_bytes = max(self.scratch_bytes, self.lib.draftline_scratch_bytes(model, n, start, threads))
         done = self.lib.draftline_forward(model, n, start, pos.ctypes.data, mask.ctypes.data, x.ctypes.data,
                                           _pointer(out), int(states), threads,
-                                          None if stop is None else ctypes.byref(stop))
+                                          None if stop is None else ctypes.byref(stop), first_layer)
         if done < 0:
             raise MemoryError("native decoder: out of memory")
-        return None if done else (x if states or logits else None, out)
+        return Stopped(done, x) if done else (x if states or logits else None, out)
 
 
 def decoder_for(model) -> NativeDecoder | None:

@@ -50,7 +50,7 @@ typedef struct {
 } Model;
 
 /* Version of the structs above and in native.h; the Python mirror checks it. */
-int draftline_abi(void) { return 3; }
+int draftline_abi(void) { return 4; }
 
 static inline __m256 load_bf16x8(const uint16_t *p) {
   __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -391,8 +391,9 @@ typedef struct {
   size_t private_bytes, products_bytes;
   Barrier barrier;
   atomic_int ready; /* set once `threads` says how many threads did start */
+  int first_layer;          /* layers before it ran in a stopped pass: x is their output */
   const volatile int *stop; /* a caller's flag, read between layers; NULL: runs whole */
-  atomic_int stopped;       /* set by thread 0 before a layer's last barrier: all then leave */
+  atomic_int stopped;       /* layers done, set by thread 0 before a layer's last barrier: all then leave */
 } Pass;
 
 typedef struct {
@@ -476,7 +477,7 @@ static void *run_worker(void *arg) {
   char *own = p->private_memory + (size_t)w->id * p->private_bytes;
   void *products = own; /* matmul's scratch, then attention's */
   float *scores = (float *)(own + p->products_bytes);
-  for (int l = 0; l < m->n_layers; l++) {
+  for (int l = p->first_layer; l < m->n_layers; l++) {
     const Layer *L = &m->layers[l];
     const int step = STEPS * l;
     norm_tokens(p, step, L->attn_norm);
@@ -512,7 +513,7 @@ static void *run_worker(void *arg) {
     quantize_tokens(p, step + 7, &p->activated);
     barrier_wait(&p->barrier);
     product_rows(p, step + 8, &L->w_down, &p->activated, p->x, D, 1, products);
-    if (w->id == 0 && p->stop && *p->stop) atomic_store(&p->stopped, 1);
+    if (w->id == 0 && p->stop && *p->stop) atomic_store(&p->stopped, l + 1);
     barrier_wait(&p->barrier); /* every thread reads the same `stopped` after it */
     if (atomic_load(&p->stopped)) return NULL;
   }
@@ -568,10 +569,13 @@ void draftline_rows(const Matrix *w, const int64_t *ids, int n, float *out) {
    final normed hidden states where `states` (or logits) are asked for; with neither, the pass
    only fills the cache and x is left undefined. logits [T, head.rows], or NULL for none.
    `stop`: NULL, or a flag the caller may set while the pass runs (a cancelled prefill): the
-   pass then ends after the layer in flight, having written part of these positions' keys and
-   values, which the caller drops. Returns 0, 1 when stopped, or -1 when out of memory. */
+   pass then ends after the layer in flight, having written these positions' keys and values
+   in the layers done, and x holds the residual stream after them. The same pass started again
+   at `first_layer` = those layers, on that x, goes on where it stopped (a pass from the start
+   has first_layer 0). Returns 0, the layers done (at least 1) when stopped, or -1 when out of
+   memory. */
 int draftline_forward(const Model *m, int T, int start, const int32_t *pos, const uint8_t *local, float *x,
-                      float *logits, int states, int threads, const volatile int *stop) {
+                      float *logits, int states, int threads, const volatile int *stop, int first_layer) {
   if (threads < 1) threads = 1;
   if (threads > MAX_THREADS) threads = MAX_THREADS;
   const int D = m->dim, F = m->ffn_dim, nh = m->n_heads, hd = m->head_dim;
@@ -609,6 +613,7 @@ int draftline_forward(const Model *m, int T, int start, const int32_t *pos, cons
   atomic_init(&pass.ready, 0);
   atomic_init(&pass.stopped, 0);
   pass.stop = stop;
+  pass.first_layer = first_layer;
   pthread_t ids[MAX_THREADS];
   Worker workers[MAX_THREADS];
   int started = 1;
