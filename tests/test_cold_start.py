@@ -477,6 +477,28 @@ def test_the_next_line_grows_the_cold_window_instead_of_choosing_one_again(fp32_
     assert not fresh.startswith(first.rstrip(" ")) and engine.prefill_seconds(fresh) <= COLD_PREFILL_S
 
 
+def test_a_wider_window_cut_short_leaves_the_requests_window_to_grow(fp32_engine, monkeypatch):
+    """After a cold answer a wider window is chosen afresh in idle time; an edit that stops it
+    before its prefill leaves it uncached, and the next line's request grows the window the
+    request before it prefilled (cached) rather than choosing one again from scratch."""
+    engine = fp32_engine
+    monkeypatch.setattr(engine, "calibration", dataclasses.replace(engine.calibration, prefill_tokens_per_s=150.0))
+    monkeypatch.setattr(engine.target, "prefilled", (0, 0.0))  # no rate measured yet: calibration's
+    text = stdlib_text("textwrap.py")
+    at = text.index("\n        lines = []\n")  # inside TextWrapper._wrap_chunks
+    written, line = text[:at + 1], "        lines = []\n"
+    suggester = Suggester(engine, Documents())
+    engine.forget_cache()
+    first, _ = suggester.prompt_for(Cursor(written + "        ", ""), [])
+    engine.prefill(engine.prompt_tokens(first))  # the request's
+    wider = Settings(coldPrefillMs=2 * Settings.coldPrefillMs)  # still short of the full window here
+    wide, full = suggester.prompt_for(Cursor(written + "        ", ""), [], settings=wider, widen=True)
+    assert full is not None and not wide.startswith(first.rstrip(" "))  # chosen afresh, not prefilled
+    grown, _ = suggester.prompt_for(Cursor(written + line + "        ", ""), [])
+    assert grown.startswith(first.rstrip(" ")) and grown.endswith(line + "        ")
+    assert engine.prefill_seconds(grown) < COLD_PREFILL_S / 4
+
+
 def test_an_unusable_cache_directory_costs_time_not_the_model(tmp_path, monkeypatch):
     """A read-only or broken cache location: nothing is kept, everything still loads."""
     blocker = tmp_path / "not-a-directory"

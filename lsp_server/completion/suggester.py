@@ -44,6 +44,9 @@ def auto_window(prefill_tokens_per_s: float) -> int:
 # line and a few above it (an empty prompt is no suggestion at all).
 MIN_COLD_TOKENS = 32
 
+# Cold windows kept to grow at the next spot: a request's, and the wider one written after it.
+COLD_WINDOWS_KEPT = 2
+
 # Characters before a suggestion remembered with it (Engine.remember): enough for the engine's
 # lead of a few tokens.
 REMEMBER_BEFORE = 200
@@ -114,9 +117,10 @@ class Suggester:
         self.budget = budget
         self._context: dict[str, tuple[tuple, list[Block]]] = {}  # uri -> (what it was chosen for, blocks)
         self._auto_window: int | None = None  # chosen once: a window that moved would empty the cache
-        # The last cold window: the document's path in prompts, the lines it showed and the
-        # other files before them (grown at the next spot, it keeps both: they are cached).
-        self._cold: tuple[str, tuple[int, ...], list[int]] | None = None
+        # The last cold windows, newest first: the document's path in prompts, the lines each
+        # showed and the other files before them (grown at the next spot, it keeps both: they
+        # are cached).
+        self._colds: list[tuple[str, tuple[int, ...], list[int]]] = []
 
     def forget(self, uri: str) -> None:
         self._context.pop(uri, None)
@@ -158,7 +162,8 @@ class Suggester:
         `settings.windowTokens` long (null: `auto_window` of this machine's prefill rate), and a
         request may prefill for `settings.coldPrefillMs` (0: as long as the full window takes).
         Shortened, in this order: the last cold window of the document grown down to the cursor
-        (while it prefills in time and stays shorter than the full prompt), the cached start of
+        (while it prefills in time and stays shorter than the full prompt; else the one before
+        it, where the last was never prefilled), the cached start of
         the full prompt with a cold window of the rest, a cold window (after the best of the
         other files' definitions: `cold_head`). `widen`: a window chosen afresh, never the last
         cold window grown (at the same spot, that is the same window)."""
@@ -169,20 +174,27 @@ class Suggester:
         if not allowed_s or engine.prefill_seconds(full) <= allowed_s:
             return full, None
         fits = max(MIN_COLD_TOKENS, int(engine.prefill_tokens_per_s() * allowed_s))
-        if not widen and self._cold is not None and self._cold[0] == path:
-            grown = grown_prompt(cursor, engine.tokenizer, fits, self._cold[1], self._cold[2])
+        full_tokens = len(engine.prompt_tokens(full))
+        for kept in ([] if widen else [c for c in self._colds if c[0] == path]):
+            grown = grown_prompt(cursor, engine.tokenizer, fits, kept[1], kept[2])
             if grown is not None:
                 tokens = engine.prompt_tokens(grown[0])
-                if len(tokens) <= len(engine.prompt_tokens(full)) and engine.prefill_seconds(tokens) <= allowed_s:
-                    self._cold = path, grown[1], self._cold[2]
+                if len(tokens) <= full_tokens and engine.prefill_seconds(tokens) <= allowed_s:
+                    self._keep_cold((path, grown[1], kept[2]), kept)
                     return grown[0], full
         warm = warm_start(full, engine.cached_tokens(full), cursor, engine.tokenizer, fits)
         if warm is not None:
             return warm, full
         head = cold_head(blocks, engine.tokenizer, fits, path, name)
         prompt, shown = cold_prompt(cursor, engine.tokenizer, fits, head)
-        self._cold = path, shown, head
+        self._keep_cold((path, shown, head))
         return prompt, full
+
+    def _keep_cold(self, window: tuple[str, tuple[int, ...], list[int]], replaces: tuple | None = None) -> None:
+        """Keep a cold window to grow at the next spot, newest first, with the one before it: a
+        wider window written in idle time may be cut short before its prefill (an edit stops
+        it), and the request's window, still cached, is then the one to grow."""
+        self._colds = [window, *(c for c in self._colds if c is not replaces)][:COLD_WINDOWS_KEPT]
 
     def prefill(self, plan: Plan, settings: Settings, cancel: threading.Event) -> bool:
         """Prefill for `plan` ahead of a request (call on the model thread): where the full window
