@@ -24,7 +24,7 @@ from engine.execution.kernels import Int8Weight
 from engine.loading.user_cache import content_key, write_atomically
 from lsp_server.serving.documents import Documents
 from lsp_server.options import Settings
-from lsp_server.completion.suggester import MAX_AUTO_WINDOW, Suggester, auto_window, plan as plan_at
+from lsp_server.completion.suggester import MAX_AUTO_WINDOW, Plan, Suggester, auto_window, plan as plan_at
 from lsp_server.completion.prompt import Budget, Cursor
 from tests import gguf_files
 from tests.code_samples import stdlib_text
@@ -496,6 +496,28 @@ def test_a_wider_window_cut_short_leaves_the_requests_window_to_grow(fp32_engine
     assert full is not None and not wide.startswith(first.rstrip(" "))  # chosen afresh, not prefilled
     grown, _ = suggester.prompt_for(Cursor(written + line + "        ", ""), [])
     assert grown.startswith(first.rstrip(" ")) and grown.endswith(line + "        ")
+    assert engine.prefill_seconds(grown) < COLD_PREFILL_S / 4
+
+
+def test_the_wider_windows_start_is_prefilled_for_the_next_line_to_grow(fp32_engine, monkeypatch):
+    """After a cold answer, idle time prefills the wider window up to the cursor's line (what the
+    user typing on leaves as it is); the next line's request grows that window from its cached
+    start, with more lines above than the request's window before it had."""
+    engine = fp32_engine
+    monkeypatch.setattr(engine, "calibration", dataclasses.replace(engine.calibration, prefill_tokens_per_s=150.0))
+    monkeypatch.setattr(engine.target, "prefilled", (0, 0.0))  # no rate measured yet: calibration's
+    text = stdlib_text("textwrap.py")
+    at = text.index("\n        lines = []\n")  # inside TextWrapper._wrap_chunks
+    written, line = text[:at + 1], "        lines = []\n"
+    suggester = Suggester(engine, Documents())
+    engine.forget_cache()
+    first, _ = suggester.prompt_for(Cursor(written + "        ", ""), [])
+    engine.prefill(engine.prompt_tokens(first))  # the request's
+    wider = Settings(coldPrefillMs=2 * Settings.coldPrefillMs)  # still short of the full window here
+    suggester.prefill_settled(Plan("file:///t.py", Cursor(written + "        ", ""), False, ""), wider, threading.Event())
+    grown, _ = suggester.prompt_for(Cursor(written + line + "        ", ""), [])
+    assert grown.endswith(line + "        ") and not grown.startswith(first.rstrip(" "))
+    assert len(engine.prompt_tokens(grown)) > len(engine.prompt_tokens(first)) * 3 / 2
     assert engine.prefill_seconds(grown) < COLD_PREFILL_S / 4
 
 

@@ -260,31 +260,41 @@ async def test_budget_never_shows_a_fragment_and_finishes_in_background(client: 
     assert whole is not None and whole.items[0].insert_text == unhurried.items[0].insert_text
 
 
+def cold_prefill_ms(client: LanguageClient, ms: int | None) -> None:
+    """Set coldPrefillMs (None: the default, as the other tests have it)."""
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={**OPTIONS, "coldPrefillMs": Settings().coldPrefillMs if ms is None else ms}))
+
+
+async def improved_after(client: LanguageClient, before: dict) -> dict:
+    """The server's stats once it has improved one more cold answer than in `before` (or after
+    a minute: the caller's assertions then say what is missing)."""
+    for _ in range(600):
+        if (now := await stats(client))["improvedWindows"] > before["improvedWindows"]:
+            return now
+        await asyncio.sleep(0.1)
+    return await stats(client)
+
+
 async def test_a_cold_answer_is_followed_by_the_full_windows_where_the_user_still_waits(client: LanguageClient):
     """With no time to prefill (coldPrefillMs 1), a new spot is answered from a cold window; once
     requests pause the server writes the suggestion from a wider window (three times as long to
     prefill: here as cold), then from the full window, says so where it differs, and the next
     request there gets it: the same text an unhurried request gets."""
     text = "".join(f"def square_{i}(x):\n    return x * x + {i}\n\n\n" for i in range(12)) + "def square_12(x):\n    "
-    settings = lambda cold: types.DidChangeConfigurationParams(settings={**OPTIONS, "coldPrefillMs": cold})  # noqa: E731
-    client.workspace_did_change_configuration(settings(1))
+    cold_prefill_ms(client, 1)
     uri = open_doc(client, "improve.py", text)
     before = await stats(client)
     cold = await client.text_document_inline_completion_async(inline_params(uri, *end_of(text)))
-    for _ in range(600):
-        if (await stats(client))["improvedWindows"] > before["improvedWindows"]:
-            break
-        await asyncio.sleep(0.1)
-    after = await stats(client)
+    after = await improved_after(client, before)
     better = await client.text_document_inline_completion_async(inline_params(uri, *end_of(text)))
     ready = [r for r in client.ready if r.uri == uri]
     close_doc(client, uri)
-    client.workspace_did_change_configuration(settings(0))
+    cold_prefill_ms(client, 0)
     fresh = open_doc(client, "improve2.py", text)
     unhurried = await client.text_document_inline_completion_async(inline_params(fresh, *end_of(text)))
     close_doc(client, fresh)
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={**OPTIONS, "coldPrefillMs": Settings().coldPrefillMs}))  # as the other tests have it
+    cold_prefill_ms(client, None)
     assert after["coldWindows"] == before["coldWindows"] + 1
     assert after["improvedWindows"] == before["improvedWindows"] + 1
     assert after["widenedWindows"] == before["widenedWindows"] + 1
@@ -298,8 +308,7 @@ async def test_a_cold_answer_typed_through_gives_way_to_the_full_windows(client:
     answered at once from the typed-through cache, stands only until the full window's answer at
     the new spot is ready, which is then the answer there (not the cold one's rest)."""
     text = "".join(f"def cube_{i}(x):\n    return x * x * x - {i}\n\n\n" for i in range(12)) + "def cube_12(x):\n    "
-    settings = lambda cold: types.DidChangeConfigurationParams(settings={**OPTIONS, "coldPrefillMs": cold})  # noqa: E731
-    client.workspace_did_change_configuration(settings(1))
+    cold_prefill_ms(client, 1)
     uri = open_doc(client, "typed_cold.py", text)
     line, col = end_of(text)
     cold = await client.text_document_inline_completion_async(inline_params(uri, line, col))
@@ -311,19 +320,14 @@ async def test_a_cold_answer_typed_through_gives_way_to_the_full_windows(client:
             range=types.Range(types.Position(line, col), types.Position(line, col)), text=letter)]))
     before = await stats(client)
     typed = await client.text_document_inline_completion_async(inline_params(uri, line, col + 1))
-    for _ in range(600):
-        if (await stats(client))["improvedWindows"] > before["improvedWindows"]:
-            break
-        await asyncio.sleep(0.1)
-    after = await stats(client)
+    after = await improved_after(client, before)
     better = await client.text_document_inline_completion_async(inline_params(uri, line, col + 1))
     close_doc(client, uri)
-    client.workspace_did_change_configuration(settings(0))
+    cold_prefill_ms(client, 0)
     fresh = open_doc(client, "typed_cold2.py", text + letter)
     unhurried = await client.text_document_inline_completion_async(inline_params(fresh, *end_of(text + letter)))
     close_doc(client, fresh)
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={**OPTIONS, "coldPrefillMs": Settings().coldPrefillMs}))
+    cold_prefill_ms(client, None)
     assert typed is not None and typed.items[0].insert_text == cold.items[0].insert_text
     assert after["cacheHits"] == before["cacheHits"] + 1
     assert after["improvedWindows"] == before["improvedWindows"] + 1
@@ -335,8 +339,7 @@ async def test_a_cold_answers_improvement_resumes_after_a_next_edit_prediction(c
     cancels the idle improvement of a cold answer, which starts again after it."""
     text = "".join(f"def half_{i}(x):\n    return x / 2 + {i}\n\n\n" for i in range(12)) + "def half_12(x):\n    "
     edited = text.replace("half_0(x)", "half_0(y)")
-    client.workspace_did_change_configuration(
-        types.DidChangeConfigurationParams(settings={**OPTIONS, "coldPrefillMs": 1}))
+    cold_prefill_ms(client, 1)
     uri = open_doc(client, "resume.py", text)
     client.text_document_did_change(types.DidChangeTextDocumentParams(
         types.VersionedTextDocumentIdentifier(uri=uri, version=2),
@@ -347,14 +350,9 @@ async def test_a_cold_answers_improvement_resumes_after_a_next_edit_prediction(c
     await asyncio.sleep(0.5)  # the improvement has started
     await client.protocol.send_request_async("draftline/nextEdit", {
         "textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}, "version": 2})
-    for _ in range(600):
-        if (await stats(client))["improvedWindows"] > before["improvedWindows"]:
-            break
-        await asyncio.sleep(0.1)
-    after = await stats(client)
+    after = await improved_after(client, before)
     close_doc(client, uri)
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={**OPTIONS, "coldPrefillMs": Settings().coldPrefillMs}))
+    cold_prefill_ms(client, None)
     assert after["coldWindows"] == before["coldWindows"] + 1
     assert after["improvedWindows"] == before["improvedWindows"] + 1
 

@@ -169,6 +169,17 @@ def _line_end_at_or_before(tokens: list[int], start: int, cut: int, tokenizer: T
     return cut
 
 
+def settled_part(tokens: list[int], tokenizer: Tokenizer) -> int:
+    """How many of a prompt's first tokens come before the cursor's line (with FIM, of its
+    prefix): what typing on that line, and the lines written after it, leave as it is. The
+    token that ends the line above is left out: it may hold the cursor line's indentation."""
+    fim = tokenizer.fim
+    end = tokens.index(fim.suffix) if fim is not None and fim.suffix in tokens else len(tokens)
+    while end > 0 and "\n" not in tokenizer.decode(tokens[end - 1:end]):
+        end -= 1
+    return max(0, end - 1)
+
+
 def warm_start(full: list[int], cached: int, cursor: Cursor, tokenizer: Tokenizer, tokens: int) -> list[int] | None:
     """A prompt that keeps what the KV cache holds of the `full` FIM prompt (its first `cached`
     tokens: other files, and the prefix window up to the end of a line) and adds what `tokens`

@@ -19,7 +19,7 @@ from engine.stats import Stats
 from lsp_server.completion import cleanup
 from lsp_server.completion.prompt import (
     WINDOW_STEP_LINES, Block, Budget, Cursor, build_prompt, fit, neighbourhood, similar_snippets)
-from lsp_server.completion.cold_window import cold_head, cold_prompt, grown_prompt, warm_start
+from lsp_server.completion.cold_window import cold_head, cold_prompt, grown_prompt, settled_part, warm_start
 from lsp_server.options import Settings
 from lsp_server.completion.repo_context import Repository, choose, names_near
 
@@ -46,6 +46,9 @@ MIN_COLD_TOKENS = 32
 
 # Cold windows kept to grow at the next spot: a request's, and the wider one written after it.
 COLD_WINDOWS_KEPT = 2
+# The wider of them is grown where its prefill costs at most this much more than the other's: a
+# few tokens' more, not a wider window's prefill left half done.
+GROWN_SLACK_S = 0.15
 
 # Characters before a suggestion remembered with it (Engine.remember): enough for the engine's
 # lead of a few tokens.
@@ -162,8 +165,8 @@ class Suggester:
         `settings.windowTokens` long (null: `auto_window` of this machine's prefill rate), and a
         request may prefill for `settings.coldPrefillMs` (0: as long as the full window takes).
         Shortened, in this order: the last cold window of the document grown down to the cursor
-        (while it prefills in time and stays shorter than the full prompt; else the one before
-        it, where the last was never prefilled), the cached start of
+        (while it prefills in time and stays shorter than the full prompt; the one before it where
+        that prefills in much less time: the last one's prefill was cut short), the cached start of
         the full prompt with a cold window of the rest, a cold window (after the best of the
         other files' definitions: `cold_head`). `widen`: a window chosen afresh, never the last
         cold window grown (at the same spot, that is the same window)."""
@@ -174,14 +177,18 @@ class Suggester:
         if not allowed_s or engine.prefill_seconds(full) <= allowed_s:
             return full, None
         fits = max(MIN_COLD_TOKENS, int(engine.prefill_tokens_per_s() * allowed_s))
-        full_tokens = len(engine.prompt_tokens(full))
+        full_tokens, grown = len(engine.prompt_tokens(full)), []
         for kept in ([] if widen else [c for c in self._colds if c[0] == path]):
-            grown = grown_prompt(cursor, engine.tokenizer, fits, kept[1], kept[2])
-            if grown is not None:
-                tokens = engine.prompt_tokens(grown[0])
-                if len(tokens) <= full_tokens and engine.prefill_seconds(tokens) <= allowed_s:
-                    self._keep_cold((path, grown[1], kept[2]), kept)
-                    return grown[0], full
+            window = grown_prompt(cursor, engine.tokenizer, fits, kept[1], kept[2])
+            if window is not None:
+                tokens = engine.prompt_tokens(window[0])
+                if len(tokens) <= full_tokens and (seconds := engine.prefill_seconds(tokens)) <= allowed_s:
+                    grown.append((seconds, window, kept))
+        if grown:  # the newest (widest) window that costs little more than the quickest to grow
+            quickest = min(seconds for seconds, _, _ in grown)
+            _, window, kept = next(g for g in grown if g[0] <= quickest + GROWN_SLACK_S)
+            self._keep_cold((path, window[1], kept[2]), kept)
+            return window[0], full
         warm = warm_start(full, engine.cached_tokens(full), cursor, engine.tokenizer, fits)
         if warm is not None:
             return warm, full
@@ -194,7 +201,7 @@ class Suggester:
         """Keep a cold window to grow at the next spot, newest first, with the one before it: a
         wider window written in idle time may be cut short before its prefill (an edit stops
         it), and the request's window, still cached, is then the one to grow."""
-        self._colds = [window, *(c for c in self._colds if c is not replaces)][:COLD_WINDOWS_KEPT]
+        self._colds = [window, *(c for c in self._colds if c is not replaces and c != window)][:COLD_WINDOWS_KEPT]
 
     def prefill(self, plan: Plan, settings: Settings, cancel: threading.Event) -> bool:
         """Prefill for `plan` ahead of a request (call on the model thread): where the full window
@@ -208,6 +215,15 @@ class Suggester:
         for tokens in prompts:
             self.engine.prefill(self.engine.prompt_tokens(tokens), cancel)
         return not cancel.is_set()
+
+    def prefill_settled(self, plan: Plan, settings: Settings, cancel: threading.Event) -> None:
+        """Prefill the window chosen afresh for `plan` under `settings` (a wider one, after a cold
+        answer) up to the cursor's line, on the model thread: the user typing on leaves that part
+        as it is, so the next line's request grows the window from a cached start (`prompt_for`)
+        rather than the shorter one before it."""
+        prompt, _ = self.prompt_for(plan.cursor, self.context_for(plan, settings), plan.path, settings, widen=True)
+        tokens = self.engine.prompt_tokens(prompt)
+        self.engine.prefill(tokens[:settled_part(tokens, self.engine.tokenizer)], cancel)
 
     def generate(self, plan: Plan, settings: Settings, cancel: threading.Event, sampling: Sampling = Sampling(),
                  on_prefilled: Callable[[], None] | None = None, whole: bool = False,

@@ -310,7 +310,10 @@ class DraftlineServer(LanguageServer):
         def improve(job: Job) -> None:
             on_screen, edit = shown, Interrupt(job.cancel)
             self._edits[plan.uri] = edit
-            if not unchanged(job):  # edited before the flag was kept
+            # The wider window up to the cursor's line stays as the user types on, so an edit
+            # does not stop its prefill: the next line's request grows it from a cached start.
+            suggester.prefill_settled(plan, wider, job.cancel)
+            if not unchanged(job):  # edited meanwhile, or before the flag was kept
                 return
             widened = suggester.generate(plan, wider, edit, widen=True)
             if edit.is_set():
