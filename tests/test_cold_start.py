@@ -477,20 +477,28 @@ def test_the_next_line_grows_the_cold_window_instead_of_choosing_one_again(fp32_
     assert not fresh.startswith(first.rstrip(" ")) and engine.prefill_seconds(fresh) <= COLD_PREFILL_S
 
 
+def _after_a_cold_answer(engine, monkeypatch) -> tuple[Suggester, str, str, str]:
+    """A slow machine (150 tokens/s) and textwrap.py written up to a line inside
+    TextWrapper._wrap_chunks: the suggester, that text, the line that comes next, and the cold
+    window a request at the line's indentation got and prefilled."""
+    monkeypatch.setattr(engine, "calibration", dataclasses.replace(engine.calibration, prefill_tokens_per_s=150.0))
+    monkeypatch.setattr(engine.target, "prefilled", (0, 0.0))  # no rate measured yet: calibration's
+    text = stdlib_text("textwrap.py")
+    at = text.index("\n        lines = []\n")
+    written = text[:at + 1]
+    suggester = Suggester(engine, Documents())
+    engine.forget_cache()
+    first, _ = suggester.prompt_for(Cursor(written + "        ", ""), [])
+    engine.prefill(engine.prompt_tokens(first))
+    return suggester, written, "        lines = []\n", first
+
+
 def test_a_wider_window_cut_short_leaves_the_requests_window_to_grow(fp32_engine, monkeypatch):
     """After a cold answer a wider window is chosen afresh in idle time; an edit that stops it
     before its prefill leaves it uncached, and the next line's request grows the window the
     request before it prefilled (cached) rather than choosing one again from scratch."""
     engine = fp32_engine
-    monkeypatch.setattr(engine, "calibration", dataclasses.replace(engine.calibration, prefill_tokens_per_s=150.0))
-    monkeypatch.setattr(engine.target, "prefilled", (0, 0.0))  # no rate measured yet: calibration's
-    text = stdlib_text("textwrap.py")
-    at = text.index("\n        lines = []\n")  # inside TextWrapper._wrap_chunks
-    written, line = text[:at + 1], "        lines = []\n"
-    suggester = Suggester(engine, Documents())
-    engine.forget_cache()
-    first, _ = suggester.prompt_for(Cursor(written + "        ", ""), [])
-    engine.prefill(engine.prompt_tokens(first))  # the request's
+    suggester, written, line, first = _after_a_cold_answer(engine, monkeypatch)
     wider = Settings(coldPrefillMs=2 * Settings.coldPrefillMs)  # still short of the full window here
     wide, full = suggester.prompt_for(Cursor(written + "        ", ""), [], settings=wider, widen=True)
     assert full is not None and not wide.startswith(first.rstrip(" "))  # chosen afresh, not prefilled
@@ -504,15 +512,7 @@ def test_the_wider_windows_start_is_prefilled_for_the_next_line_to_grow(fp32_eng
     user typing on leaves as it is); the next line's request grows that window from its cached
     start, with more lines above than the request's window before it had."""
     engine = fp32_engine
-    monkeypatch.setattr(engine, "calibration", dataclasses.replace(engine.calibration, prefill_tokens_per_s=150.0))
-    monkeypatch.setattr(engine.target, "prefilled", (0, 0.0))  # no rate measured yet: calibration's
-    text = stdlib_text("textwrap.py")
-    at = text.index("\n        lines = []\n")  # inside TextWrapper._wrap_chunks
-    written, line = text[:at + 1], "        lines = []\n"
-    suggester = Suggester(engine, Documents())
-    engine.forget_cache()
-    first, _ = suggester.prompt_for(Cursor(written + "        ", ""), [])
-    engine.prefill(engine.prompt_tokens(first))  # the request's
+    suggester, written, line, first = _after_a_cold_answer(engine, monkeypatch)
     wider = Settings(coldPrefillMs=2 * Settings.coldPrefillMs)  # still short of the full window here
     suggester.prefill_settled(Plan("file:///t.py", Cursor(written + "        ", ""), False, ""), wider, threading.Event())
     grown, _ = suggester.prompt_for(Cursor(written + line + "        ", ""), [])
