@@ -521,6 +521,23 @@ def test_the_wider_windows_start_is_prefilled_for_the_next_line_to_grow(fp32_eng
     assert engine.prefill_seconds(grown) < COLD_PREFILL_S / 4
 
 
+def test_the_wider_answer_is_written_from_the_window_its_start_was_prefilled_for(fp32_engine, monkeypatch):
+    """The wider stage prefills its window's start, then writes the answer: asked again at the
+    same spot, the window is the one prefilled, though that prefill moved the measured rate
+    that sized it (a window sized again would share a few tokens and prefill the rest anew)."""
+    engine = fp32_engine
+    suggester, written, _, _ = _after_a_cold_answer(engine, monkeypatch)
+    wider, cursor = Settings(coldPrefillMs=2 * Settings.coldPrefillMs), Cursor(written + "        ", "")
+    suggester.prefill_settled(Plan("file:///t.py", cursor, False, ""), wider, threading.Event())
+    prefilled = engine.prompt_tokens(suggester.prompt_for(cursor, [], "", wider, widen=True)[0])
+    monkeypatch.setattr(engine.target, "prefilled", (10_000, 10_000 / 400.0))  # measured: faster
+    again, full = suggester.prompt_for(cursor, [], "", wider, widen=True)
+    assert full is not None and engine.prompt_tokens(again) == prefilled
+    assert engine.cached_tokens(again) >= len(prefilled) - 8  # the cursor's line and the suffix
+    moved = Cursor(written + "        lines", "")  # another spot: chosen for it
+    assert suggester.prompt_for(moved, [], "", wider, widen=True)[0] != again
+
+
 def test_an_unusable_cache_directory_costs_time_not_the_model(tmp_path, monkeypatch):
     """A read-only or broken cache location: nothing is kept, everything still loads."""
     blocker = tmp_path / "not-a-directory"

@@ -124,6 +124,10 @@ class Suggester:
         # showed and the other files before them (grown at the next spot, it keeps both: they
         # are cached).
         self._colds: list[tuple[str, tuple[int, ...], list[int]]] = []
+        # The last window chosen afresh (`widen`), with what it was chosen for: asked again for
+        # the same spot, it is the same window, though the measured prefill rate that sized it
+        # has moved since (its prefill, say, is what moved it).
+        self._widened: tuple[tuple, tuple[str | list[int], str | list[int] | None]] | None = None
 
     def forget(self, uri: str) -> None:
         self._context.pop(uri, None)
@@ -170,6 +174,15 @@ class Suggester:
         the full prompt with a cold window of the rest, a cold window (after the best of the
         other files' definitions: `cold_head`). `widen`: a window chosen afresh, never the last
         cold window grown (at the same spot, that is the same window)."""
+        if not widen:
+            return self._choose(cursor, blocks, path, settings, widen)
+        spot = (cursor, path, settings)
+        if self._widened is None or self._widened[0] != spot:
+            self._widened = (spot, self._choose(cursor, blocks, path, settings, widen))
+        return self._widened[1]
+
+    def _choose(self, cursor: Cursor, blocks: list[Block], path: str, settings: Settings,
+                widen: bool) -> tuple[str | list[int], str | list[int] | None]:
         engine, name = self.engine, self.documents.repository.name
         budget = replace(self.budget, prefix_tokens=self.window_tokens(settings))
         full = build_prompt(cursor, engine.tokenizer, engine.max_len, blocks, budget, path, name)
