@@ -103,6 +103,30 @@ local function run()
   wait_until('the block to be inserted', function() return buffer_text(bufnr) == block_before .. block end, 30000)
   vim.cmd('stopinsert')
   wait_until('normal mode', function() return vim.api.nvim_get_mode().mode == 'n' end)
+
+  -- Typing what the ghost text shows keeps the rest of it; typing something else takes it away
+  -- at once, before the next answer, and nothing of it stays on the line the cursor leaves.
+  vim.api.nvim_buf_set_lines(bufnr, -1, -1, true, { '', '', 'def square(side):', '    """Return the square of side."""', '    return ' })
+  vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(bufnr), 0 })
+  feed('A')
+  wait_until('ghost text to type through', function() return ghost_text(bufnr):match('^[^\n][^\n]') ~= nil end)
+  local through = ghost_text(bufnr):match('^[^\n]*')
+  feed(through:sub(1, 1))
+  wait_until('the first shown character typed', function() return vim.api.nvim_get_current_line() == '    return ' .. through:sub(1, 1) end)
+  check(ghost_text(bufnr):match('^[^\n]*') == through:sub(2), 'typed through: ' .. vim.inspect(ghost_text(bufnr)) .. ' from ' .. vim.inspect(through))
+  local other = through:sub(2, 2) == '#' and '@' or '#'
+  feed(other)
+  wait_until('a character the ghost text does not show', function() return vim.api.nvim_get_current_line():sub(-1) == other end)
+  check(ghost_text(bufnr) == '', 'a suggestion typed against is hidden: ' .. vim.inspect(ghost_text(bufnr)))
+  wait_until('ghost text again, from an answer there', function() return ghost_text(bufnr) ~= '' end, 30000)
+  feed('<CR>')
+  local left = vim.api.nvim_buf_line_count(bufnr) - 1
+  wait_until('a new line', function() return vim.api.nvim_win_get_cursor(0)[1] == left + 1 end)
+  for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(bufnr, -1, 0, -1, { details = true })) do
+    check(mark[2] ~= left - 1 or not mark[4].virt_text, 'ghost text left on the line above: ' .. vim.inspect(mark))
+  end
+  vim.cmd('stopinsert')
+  wait_until('normal mode', function() return vim.api.nvim_get_mode().mode == 'n' end)
   local c = vim.api.nvim_get_commands({})['Draftline']
   check(c ~= nil, ':Draftline exists')
   local s = stats(bufnr)

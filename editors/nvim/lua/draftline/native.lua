@@ -3,8 +3,45 @@
 local accept = require('draftline.accept')
 local M = {}
 
-function M.attach(_, client_id)
+-- 0.12 draws its current item again at every key until the next answer comes: from the first
+-- character where item and line differ, and still on the line it was asked on once the cursor
+-- has left it, so the rest of an old suggestion is overlaid on what was typed. Its item is not
+-- public; where this Neovim keeps it elsewhere, nothing is hidden here.
+local function current_item(bufnr)
+  local capabilities = vim.lsp._capability and vim.lsp._capability.all
+  local completor = capabilities and capabilities.inline_completion and capabilities.inline_completion.active[bufnr]
+  return completor and completor.current
+end
+
+--- Whether what was typed since the item's start is still the start of its text (typing through).
+local function typed_through(item)
+  if not item.range then
+    return true
+  end
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  local start = item.range.start
+  if row - 1 ~= start.row or col < start.col then
+    return false
+  end
+  local typed = vim.api.nvim_get_current_line():sub(start.col + 1, col)
+  local text = type(item.insert_text) == 'string' and item.insert_text or item.insert_text.value
+  return text:sub(1, #typed) == typed
+end
+
+function M.attach(bufnr, client_id)
   vim.lsp.inline_completion.enable(true, { client_id = client_id })
+  -- After 0.12's own handler of the same events (defined first, so run first): it has drawn the
+  -- item again; take it away where the typing has left it behind.
+  vim.api.nvim_create_autocmd({ 'CursorMovedI', 'TextChangedI' }, {
+    group = vim.api.nvim_create_augroup('draftline-typed-through-' .. bufnr, { clear = true }),
+    buffer = bufnr,
+    callback = function()
+      local item = current_item(bufnr)
+      if item and not typed_through(item) then
+        M.dismiss()
+      end
+    end,
+  })
 end
 
 local function to_suggestion(bufnr, item)
