@@ -186,9 +186,10 @@ ALWAYS_INLINE void repack_panel(const Part *p, int format, int n, int j, uint8_t
    get the super-block's two activation blocks, in order. ZTOKENS tokens share each load of the
    panel's levels. */
 ALWAYS_INLINE void zpanel_tokens(const ZPanel *pn, const uint8_t *turned, int format, const Acts *a, int t0, int C,
-                                 int j, __m512 acc[]) {
+                                 int j, const char *ahead, __m512 acc[]) {
   const int K = a->cols, S = sums_per_row(K), B = blocks_per_row(K);
   const int group = format == Q6_K ? 4 : 8; /* levels vectors per integer scale: 16 or 32 columns */
+  const int lines = (int)(packed_panel_bytes(format) / 64), steps = 64 / group; /* a few lines at each step */
   for (int half = 0; half < 2; half++) {
     const int8_t *q[ZTOKENS];
     __m512i I[ZTOKENS];
@@ -197,6 +198,11 @@ ALWAYS_INLINE void zpanel_tokens(const ZPanel *pn, const uint8_t *turned, int fo
     for (int g0 = 32 * half; g0 < 32 * half + 32; g0 += group) {
       __m512i sum[ZTOKENS];
       for (int t = 0; t < C; t++) sum[t] = _mm512_setzero_si512();
+      if (ahead) {
+        const int step = g0 / group;
+        for (int line = step * lines / steps; line < (step + 1) * lines / steps; line++)
+          _mm_prefetch(ahead + 64 * line, PANEL_PREFETCH);
+      }
 #pragma GCC unroll 8
       for (int g = g0; g < g0 + group; g++) {
         const __m512i levels = turned ? turned_levels(format, (const __m512i *)turned, g / 8, g % 8) : pn->levels[g];
@@ -228,17 +234,18 @@ ALWAYS_INLINE void zpanel_tokens(const ZPanel *pn, const uint8_t *turned, int fo
 /* Tokens t0..t1-1 against a panel at column j, ZTOKENS at a time (the levels decoded as they go
    from `turned` where it is given). */
 ALWAYS_INLINE void zpanel_slab(const ZPanel *pn, const uint8_t *turned, int format, const Acts *a, int t0, int t1,
-                               int j, __m512 acc[]) {
+                               int j, const char *ahead, __m512 acc[]) {
   int t = t0;
-  for (; t + ZTOKENS <= t1; t += ZTOKENS) zpanel_tokens(pn, turned, format, a, t, ZTOKENS, j, acc + (t - t0));
+  for (; t + ZTOKENS <= t1; t += ZTOKENS, ahead = NULL)
+    zpanel_tokens(pn, turned, format, a, t, ZTOKENS, j, ahead, acc + (t - t0));
   switch (t1 - t) { /* each count compiled with its shape a constant */
-    case 1: zpanel_tokens(pn, turned, format, a, t, 1, j, acc + (t - t0)); break;
-    case 2: zpanel_tokens(pn, turned, format, a, t, 2, j, acc + (t - t0)); break;
-    case 3: zpanel_tokens(pn, turned, format, a, t, 3, j, acc + (t - t0)); break;
-    case 4: zpanel_tokens(pn, turned, format, a, t, 4, j, acc + (t - t0)); break;
-    case 5: zpanel_tokens(pn, turned, format, a, t, 5, j, acc + (t - t0)); break;
-    case 6: zpanel_tokens(pn, turned, format, a, t, 6, j, acc + (t - t0)); break;
-    case 7: zpanel_tokens(pn, turned, format, a, t, 7, j, acc + (t - t0)); break;
+    case 1: zpanel_tokens(pn, turned, format, a, t, 1, j, ahead, acc + (t - t0)); break;
+    case 2: zpanel_tokens(pn, turned, format, a, t, 2, j, ahead, acc + (t - t0)); break;
+    case 3: zpanel_tokens(pn, turned, format, a, t, 3, j, ahead, acc + (t - t0)); break;
+    case 4: zpanel_tokens(pn, turned, format, a, t, 4, j, ahead, acc + (t - t0)); break;
+    case 5: zpanel_tokens(pn, turned, format, a, t, 5, j, ahead, acc + (t - t0)); break;
+    case 6: zpanel_tokens(pn, turned, format, a, t, 6, j, ahead, acc + (t - t0)); break;
+    case 7: zpanel_tokens(pn, turned, format, a, t, 7, j, ahead, acc + (t - t0)); break;
   }
 }
 
@@ -253,9 +260,10 @@ ALWAYS_INLINE void zpanel_rows16(const Part *p, int format, const uint8_t *packe
   for (int j = 0; j < K; j += 256) {
     ZPanel pn;
     const uint8_t *turned = NULL; /* where the tokens decode the levels themselves: passes of up to 16 */
+    const char *ahead = NULL;     /* the panel four on, prefetched a few lines at a time as this one is multiplied */
     if (packed) {
-      const uint8_t *z = packed + (size_t)(j / 256) * bytes; /* and four panels on */
-      for (size_t line = 0; line < bytes; line += 64) _mm_prefetch((const char *)z + 4 * bytes + line, PANEL_PREFETCH);
+      const uint8_t *z = packed + (size_t)(j / 256) * bytes;
+      ahead = (const char *)z + 4 * bytes;
       load_zpanel(format, z, t1 - t0 > 2 * ZTOKENS, &pn);
       turned = t1 - t0 > 2 * ZTOKENS ? NULL : z + PACKED_LEVELS;
     } else {
@@ -270,9 +278,9 @@ ALWAYS_INLINE void zpanel_rows16(const Part *p, int format, const uint8_t *packe
       build_zpanel(p, format, n, j, &pn);
     }
     if (turned) /* two calls, so that each copy is compiled with where its levels come from known */
-      zpanel_slab(&pn, turned, format, a, t0, t1, j, acc);
+      zpanel_slab(&pn, turned, format, a, t0, t1, j, ahead, acc);
     else
-      zpanel_slab(&pn, NULL, format, a, t0, t1, j, acc);
+      zpanel_slab(&pn, NULL, format, a, t0, t1, j, ahead, acc);
   }
   const __mmask16 kept = (__mmask16)(((1u << last) - 1) & ~((1u << first) - 1));
   for (int t = t0; t < t1; t++) {
