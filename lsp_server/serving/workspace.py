@@ -2,7 +2,10 @@
 with watchdog. Never indexes what .gitignore ignores, binaries, big files or secrets."""
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +20,21 @@ log = logging.getLogger(__name__)
 
 MAX_BYTES = 512 * 1024
 MAX_FILES = 2000  # a huge tree is indexed partially rather than slowly
+LOWEST_PRIORITY = 19  # nice value of the indexing threads
+
+
+def _in_background(work: Callable[[], object]) -> None:
+    """Run `work` in a daemon thread at the lowest CPU priority (on Linux, where it is per
+    thread; the watcher threads it starts inherit it). Indexing a workspace takes seconds of
+    CPU as the model loads and the first requests run, and the model's passes use every core:
+    at an equal priority it slowed the first prefill in a session by about half."""
+    def run() -> None:
+        if sys.platform == "linux":
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
+        work()
+
+    threading.Thread(target=run, name="draftline-index", daemon=True).start()
 
 
 class WorkspaceIndex:
@@ -68,12 +86,11 @@ class WorkspaceIndex:
     def replay(self) -> None:
         """Feed every indexed file again (to a new engine), in a background thread."""
         paths = [Path(to_fs_path(uri)) for uri in self.indexed]
-        threading.Thread(target=lambda: [self.update(p) for p in paths], name="draftline-index",
-                         daemon=True).start()
+        _in_background(lambda: [self.update(p) for p in paths])
 
     def start(self) -> None:
         """Index everything (in a background thread), then follow changes."""
-        threading.Thread(target=self._scan_and_watch, name="draftline-index", daemon=True).start()
+        _in_background(self._scan_and_watch)
 
     def scan(self) -> None:
         """Index the files under the root (up to MAX_FILES)."""
